@@ -1,0 +1,46 @@
+# mmdwatch: every target sets up what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install system-deps test test-fast demo bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# Exact pin first: pip takes the machine's CPU wheel ($$PIP_FIND_LINKS), not a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Real servers for the integration tests (Debian packages; apt does not start them here,
+# the pytest fixtures do). Skipped when already present.
+system-deps:
+	@if ! command -v mosquitto >/dev/null && ! test -x /usr/sbin/mosquitto || ! command -v influxd >/dev/null; then \
+		echo "installing mosquitto and influxdb (apt)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			mosquitto mosquitto-clients influxdb influxdb-client >/dev/null; \
+	fi
+
+test: install system-deps
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not integration and not slow"
+
+demo: install
+	$(VENV)/bin/mmdwatch demo
+
+bench: install
+	$(PY) -m bench.synthetic
+	$(PY) -m bench.speed
+
+lint: install
+	$(VENV)/bin/ruff check engine connectors monitor bench tests
+
+clean:
+	rm -rf $(VENV) state .pytest_cache

@@ -1,0 +1,126 @@
+"""The tiny interfaces every connector implements (Telegraf-style plugins).
+
+A connector class is picked by the ``type`` key of its config section (see
+:mod:`connectors.registry`). Each class carries its own pydantic model as ``Config``
+(``extra="forbid"``, a ``type: Literal[...]`` field) and is built as ``cls(config)``;
+the monitor validates the YAML section with ``cls.Config`` and never reads connector keys
+itself.
+
+Two kinds of sources exist because readings live in two kinds of places:
+
+* :class:`StreamSource` pushes readings as they arrive (MQTT, a replayed file). The agent
+  commits them to its own store; the source acknowledges upstream only after ``deliver``
+  returned, so a crash between receipt and commit loses nothing.
+* :class:`WindowSource` answers "give me every reading in [start, end)" (InfluxDB, a file
+  read in bulk). The agent then needs no store of its own for that source.
+
+A source may be both (the file source is).
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pandas as pd
+from pydantic import BaseModel
+
+
+class ConnectorError(Exception):
+    """A connector could not do its job; the message names the problem and the fix."""
+
+
+class SinkError(ConnectorError):
+    """A sink failed to deliver one result. The outbox keeps it and retries later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One sensor value.
+
+    ``time`` is epoch seconds, UTC (float: cheap to store and compare at 20k readings/s).
+    """
+
+    sensor: str
+    time: float
+    value: float
+
+
+#: Called by a stream source with a batch of accepted readings. It returns only after the
+#: readings are committed to the store; it raises if they could not be (the source must
+#: then not acknowledge them upstream).
+DeliverFn = Callable[[Sequence[Reading]], None]
+
+
+class StreamSource(abc.ABC):
+    """Pushes readings to the agent as they arrive."""
+
+    type: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    @abc.abstractmethod
+    def start(self, deliver: DeliverFn) -> None:
+        """Begin streaming in the background; return promptly."""
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop streaming and release resources; idempotent."""
+
+    def finished(self) -> bool:
+        """True when a finite stream (a replayed file) has delivered everything."""
+        return False
+
+    def health(self) -> dict[str, Any]:
+        """``{"connected": bool, "accepted": int, "rejected": {reason: count}, ...}``."""
+        return {}
+
+
+class WindowSource(abc.ABC):
+    """Answers window queries directly (the readings already live in a database or file)."""
+
+    type: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    @abc.abstractmethod
+    def read_window(
+        self,
+        start: pd.Timestamp,
+        end: pd.Timestamp,
+        *,
+        resample: str | None = None,
+        aggregate: str = "mean",
+    ) -> pd.DataFrame:
+        """Readings with ``start <= time < end`` as a long frame.
+
+        Columns ``time`` (tz-aware UTC Timestamps), ``sensor`` (str), ``value`` (float).
+        With ``resample`` (e.g. ``"1h"``) the source may aggregate server-side, bins
+        aligned to ``start``; the monitor resamples again either way, so doing it here is
+        only an optimisation.
+        """
+
+    @abc.abstractmethod
+    def watermark(self) -> pd.Timestamp | None:
+        """Time of the newest reading available (for ``clock: data``), or None if empty."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
+
+
+class Sink(abc.ABC):
+    """Delivers inspection results (the JSON dict of DESIGN.md) somewhere."""
+
+    type: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    @property
+    def name(self) -> str:
+        """Stable id of this sink instance, used by the outbox to track confirmations."""
+        return self.type
+
+    @abc.abstractmethod
+    def send(self, result: dict[str, Any]) -> None:
+        """Deliver one result; return only once it is confirmed. Raise SinkError otherwise."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources."""
