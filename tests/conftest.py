@@ -1,0 +1,89 @@
+"""Shared pytest fixtures: real mosquitto and influxd servers on free loopback ports.
+
+Every server fixture starts its own process from a temporary config and stops it after the
+test (see tests/servers.py). Variants:
+
+* ``mosquitto``            anonymous, no persistence
+* ``mosquitto_persistent`` anonymous, sessions/queues survive ``.restart()``
+* ``mosquitto_auth``       username/password (``alice`` / ``s3cret``)
+* ``mosquitto_tls``        username/password + TLS with a self-signed cert (``.tls.cert``)
+* ``influxd``              no auth, HTTP
+* ``influxd_secure``       auth (``admin`` / ``adm1n-pw``) + HTTPS with a self-signed cert
+
+Tests using them should carry ``pytest.mark.integration``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import (
+    InfluxServer,
+    MosquittoServer,
+    SelfSignedCert,
+    ServerUnavailable,
+    make_self_signed_cert,
+)
+
+MQTT_USER, MQTT_PASSWORD = "alice", "s3cret"
+INFLUX_USER, INFLUX_PASSWORD = "admin", "adm1n-pw"
+
+
+def _started(server):  # type: ignore[no-untyped-def]
+    try:
+        return server.start()
+    except ServerUnavailable as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> SelfSignedCert:
+    """A self-signed certificate for localhost/127.0.0.1 (also the CA file to trust)."""
+    return make_self_signed_cert(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[MosquittoServer]:
+    server = _started(MosquittoServer(tmp_path / "mosquitto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mosquitto_persistent(tmp_path: Path) -> Iterator[MosquittoServer]:
+    server = _started(MosquittoServer(tmp_path / "mosquitto", persistent=True))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mosquitto_auth(tmp_path: Path) -> Iterator[MosquittoServer]:
+    server = _started(MosquittoServer(tmp_path / "mosquitto", username=MQTT_USER,
+                                      password=MQTT_PASSWORD))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mosquitto_tls(tmp_path: Path, tls_cert: SelfSignedCert) -> Iterator[MosquittoServer]:
+    server = _started(MosquittoServer(tmp_path / "mosquitto", username=MQTT_USER,
+                                      password=MQTT_PASSWORD, tls=tls_cert))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def influxd(tmp_path: Path) -> Iterator[InfluxServer]:
+    server = _started(InfluxServer(tmp_path / "influxd"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def influxd_secure(tmp_path: Path, tls_cert: SelfSignedCert) -> Iterator[InfluxServer]:
+    server = _started(InfluxServer(tmp_path / "influxd", username=INFLUX_USER,
+                                   password=INFLUX_PASSWORD, tls=tls_cert))
+    yield server
+    server.stop()
