@@ -1,0 +1,103 @@
+"""The /healthz and /metrics endpoint, over real HTTP on a free loopback port."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+from monitor.health import HealthConfig, HealthServer, HealthSnapshot, evaluate, render_prometheus
+
+# One sample line of the Prometheus text format 0.0.4: name{labels} value
+SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? '
+                    r'(-?[0-9.e+-]+|NaN|\+Inf|-Inf)$')
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+def test_healthy_agent_answers_ok_and_metrics() -> None:
+    snap = HealthSnapshot(readings_accepted=1234, rejected={"not json": 3, "non-finite value": 1},
+                          inspections={"ok": 5, "firing": 2}, inspection_seconds_sum=9.5,
+                          inspection_seconds_count=7, outbox_size=0,
+                          last_success_time=1_700_000_000.0, source_connected=True)
+    with HealthServer(lambda: snap, port=0) as server:
+        code, ctype, body = _get(server.address + "/healthz")
+        assert (code, json.loads(body)) == (200, {"status": "ok", "reasons": []})
+        assert ctype == "application/json"
+        code, ctype, text = _get(server.address + "/metrics")
+        assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
+    samples = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert all(SAMPLE.match(ln) for ln in samples), [ln for ln in samples if not SAMPLE.match(ln)]
+    assert "mmdwatch_readings_accepted_total 1234" in samples
+    assert 'mmdwatch_readings_rejected_total{reason="not json"} 3' in samples
+    assert 'mmdwatch_inspections_total{status="firing"} 2' in samples
+    assert 'mmdwatch_inspections_total{status="error"} 0' in samples
+    assert "mmdwatch_inspection_duration_seconds_count 7" in samples
+    assert "mmdwatch_last_success_timestamp_seconds 1700000000" in samples
+    assert "mmdwatch_source_connected 1" in samples
+    assert "mmdwatch_healthy 1" in samples
+    # every family announced once with HELP and TYPE
+    names = re.findall(r"^# TYPE (\S+) ", text, flags=re.M)
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize(
+    ("snap", "expected"),
+    [
+        (HealthSnapshot(source_connected=False), ["source disconnected"]),
+        (HealthSnapshot(outbox_size=101), ["outbox backlog"]),
+        (HealthSnapshot(last_inspection_status="error", last_inspection_error="window empty"),
+         ["last inspection ended in error: window empty"]),
+        (HealthSnapshot(source_connected=False, outbox_size=500, last_inspection_status="error"),
+         ["source disconnected", "outbox backlog", "last inspection ended in error"]),
+    ],
+)
+def test_degraded_reasons_over_http(snap: HealthSnapshot, expected: list[str]) -> None:
+    with HealthServer(lambda: snap, port=0, max_outbox=100) as server:
+        code, _, body = _get(server.address + "/healthz")
+        _, _, metrics = _get(server.address + "/metrics")
+    payload = json.loads(body)
+    assert code == 503 and payload["status"] == "degraded"
+    assert len(payload["reasons"]) == len(expected)
+    for reason, prefix in zip(payload["reasons"], expected, strict=True):
+        assert reason.startswith(prefix)
+    assert "mmdwatch_healthy 0" in metrics.splitlines()
+
+
+def test_outbox_at_limit_is_still_ok() -> None:
+    assert evaluate(HealthSnapshot(outbox_size=100), max_outbox=100) == ("ok", [])
+
+
+def test_label_values_are_escaped() -> None:
+    text = render_prometheus(HealthSnapshot(rejected={'bad "quote"\\\n': 1}))
+    assert 'mmdwatch_readings_rejected_total{reason="bad \\"quote\\"\\\\\\n"} 1' in text
+
+
+def test_unknown_path_404_and_broken_metrics_500() -> None:
+    def broken() -> HealthSnapshot:
+        raise RuntimeError("boom")
+
+    with HealthServer(lambda: HealthSnapshot(), port=0) as server:
+        assert _get(server.address + "/nope")[0] == 404
+    with HealthServer(broken, port=0) as server:
+        code, _, body = _get(server.address + "/healthz")
+        assert code == 500 and "boom" in body
+        # the server survives a failing reader
+        assert _get(server.address + "/metrics")[0] == 500
+
+
+def test_off_by_default_and_validated() -> None:
+    assert HealthConfig().port is None
+    assert HealthConfig(port=9108).host == "127.0.0.1"
+    with pytest.raises(ValueError):
+        HealthConfig(port=70000)
+    with pytest.raises(ValueError):
+        HealthConfig(port=1, bogus=True)
