@@ -66,6 +66,27 @@ class HealthSnapshot:
     last_inspection_status: str | None = None
     last_inspection_error: str | None = None
     source_connected: bool | None = None
+    sink_failures: Mapping[str, int] = field(default_factory=dict)
+    started_at: float | None = None
+
+    @classmethod
+    def from_metrics(cls, snapshot: Mapping[str, Any]) -> HealthSnapshot:
+        """From :meth:`monitor.metrics.Metrics.snapshot` (unknown keys ignored)."""
+        return cls(
+            readings_accepted=int(snapshot.get("readings_accepted", 0)),
+            rejected=dict(snapshot.get("readings_rejected", {})),
+            inspections=dict(snapshot.get("inspections", {})),
+            inspection_seconds_sum=float(snapshot.get("inspection_seconds_sum", 0.0)),
+            inspection_seconds_count=int(snapshot.get("inspection_seconds_count", 0)),
+            last_inspection_seconds=snapshot.get("last_inspection_seconds"),
+            outbox_size=int(snapshot.get("outbox_size", 0)),
+            last_success_time=snapshot.get("last_success_time"),
+            last_inspection_status=snapshot.get("last_inspection_status"),
+            last_inspection_error=snapshot.get("last_inspection_error"),
+            source_connected=snapshot.get("source_connected"),
+            sink_failures=dict(snapshot.get("sink_failures", {})),
+            started_at=snapshot.get("started_at"),
+        )
 
 
 class MetricsReader(Protocol):
@@ -156,6 +177,15 @@ def render_prometheus(snapshot: HealthSnapshot, max_outbox: int = 100) -> str:
             [({}, 1.0 if snapshot.source_connected else 0.0)],
         )
     lines += _family(
+        "mmdwatch_sink_failures_total", "counter", "Failed delivery attempts, by sink.",
+        [({"sink": k}, n) for k, n in sorted(snapshot.sink_failures.items())],
+    )
+    if snapshot.started_at is not None:
+        lines += _family(
+            "mmdwatch_start_time_seconds", "gauge", "Unix time the agent started.",
+            [({}, snapshot.started_at)],
+        )
+    lines += _family(
         "mmdwatch_healthy", "gauge", "1 when /healthz says ok, 0 when degraded.",
         [({}, 1.0 if status == "ok" else 0.0)],
     )
@@ -164,6 +194,13 @@ def render_prometheus(snapshot: HealthSnapshot, max_outbox: int = 100) -> str:
 
 class HealthServer:
     """Serves /healthz and /metrics from a background thread until :meth:`stop`."""
+
+    @classmethod
+    def for_metrics(cls, metrics: Any, config: HealthConfig) -> HealthServer:
+        """A server over the agent's ``Metrics`` (anything with ``snapshot() -> dict``)."""
+        port = 0 if config.port is None else config.port
+        return cls(lambda: HealthSnapshot.from_metrics(metrics.snapshot()), port=port,
+                   host=config.host, max_outbox=config.max_outbox)
 
     def __init__(self, read: MetricsReader, *, port: int = 0, host: str = "127.0.0.1",
                  max_outbox: int = 100) -> None:

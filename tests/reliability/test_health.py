@@ -101,3 +101,26 @@ def test_off_by_default_and_validated() -> None:
         HealthConfig(port=70000)
     with pytest.raises(ValueError):
         HealthConfig(port=1, bogus=True)
+
+
+def test_serves_the_agents_metrics_object() -> None:
+    from monitor.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.set_source_connected(True)
+    metrics.readings(500)
+    metrics.rejected("not json", 2)
+    metrics.inspection("ok", 1.5)
+    metrics.sink_failed("mqtt")
+    with HealthServer.for_metrics(metrics, HealthConfig(port=0)) as server:
+        code, _, body = _get(server.address + "/healthz")
+        assert code == 200
+        text = _get(server.address + "/metrics")[2]
+        assert "mmdwatch_readings_accepted_total 500" in text
+        assert 'mmdwatch_sink_failures_total{sink="mqtt"} 1' in text
+        # live: a later failure shows up on the next request
+        metrics.inspection("error", 0.1, error="not enough data in the before window")
+        metrics.set_source_connected(False)
+        code, _, body = _get(server.address + "/healthz")
+    assert code == 503
+    assert json.loads(body)["reasons"][1].endswith("not enough data in the before window")
