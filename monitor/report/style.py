@@ -1,0 +1,103 @@
+"""One visual vocabulary for every report figure: colours, sizes, label thinning, time text.
+
+Why a module of its own: an operator compares figures side by side, so "before" must be the
+same blue and "after" the same vermillion everywhere, selected sensors the same purple, and
+sensor ids must stay legible whether the network has 5 or 500 sensors.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+
+# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+BEFORE_COLOUR = "#0072B2"  # blue: the before window, in every figure
+AFTER_COLOUR = "#D55E00"  # vermillion: the after window, in every figure
+SELECTED_COLOUR = "#7B2D8E"  # purple: selected sensors / firing inspections
+OTHER_COLOUR = "#B8B8B8"  # grey: sensors that were not selected
+THRESHOLD_COLOUR = "#333333"
+LINK_COLOUR = "#C9C9C9"  # network links on the map
+ERROR_COLOUR = "#7F7F7F"
+SCORE_CMAP = "viridis"  # scores: dark = low, yellow = high; no purple at the top end,
+#                         so the purple selection marks stay visible on high scores.
+
+DPI = 110
+#: Above this many sensors, tick labels are thinned (selected sensors are always kept).
+MAX_SENSOR_LABELS = 100
+
+
+def sensor_label_fontsize(n: int) -> float:
+    """Font size (points) for ``n`` sensor tick labels on one axis."""
+    if n <= 30:
+        return 9.0
+    if n <= 60:
+        return 7.5
+    return 6.0
+
+
+def thin_positions(n: int, keep: Sequence[int] = (), max_labels: int = MAX_SENSOR_LABELS) -> list[int]:
+    """Indices of the ``n`` tick labels to show: all when ``n <= max_labels``, else every
+    k-th one plus the indices in ``keep`` (selected sensors must stay named)."""
+    if n <= max_labels:
+        return list(range(n))
+    step = int(np.ceil(n / max_labels))
+    shown = set(range(0, n, step)) | {i for i in keep if 0 <= i < n}
+    return sorted(shown)
+
+
+def figure_width_for(n: int, per_item: float = 0.24, base: float = 2.5,
+                     lo: float = 8.0, hi: float = 22.0) -> float:
+    """Figure width in inches for ``n`` categories along x (bars, heatmap columns)."""
+    shown = min(n, MAX_SENSOR_LABELS)
+    return float(np.clip(base + per_item * shown, lo, hi))
+
+
+def parse_time(value: object) -> datetime | None:
+    """ISO 8601 text (``Z`` or offset, naive = UTC) or datetime -> aware UTC datetime."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        text = str(value).strip()
+        if not text:
+            return None
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc)
+
+
+def time_text(value: object) -> str:
+    """Inspection time as people read it in a title: ``2019-03-11 00:00 UTC``."""
+    dt = parse_time(value)
+    if dt is None:
+        return str(value) if value is not None else "unknown time"
+    return dt.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def p_text(p: object) -> str:
+    """p-value for titles and tables: 3 significant digits, ``n/a`` when absent."""
+    if p is None:
+        return "n/a"
+    try:
+        value = float(p)
+    except (TypeError, ValueError):
+        return "n/a"
+    if not np.isfinite(value):
+        return "n/a"
+    if value != 0 and value < 1e-3:
+        return f"{value:.1e}"
+    return f"{value:.3g}"
+
+
+def score_text(s: object) -> str:
+    try:
+        value = float(s)
+    except (TypeError, ValueError):
+        return "n/a"
+    return f"{value:.3g}" if np.isfinite(value) else "n/a"
