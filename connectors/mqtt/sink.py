@@ -1,0 +1,164 @@
+"""MQTT sink: every result to ``<prefix>/<site>/state`` (retained), firing ones to
+``<prefix>/<site>/alert`` (not retained), QoS 1; availability with a last will.
+
+``send`` returns only after the broker's PUBACK for each message, so the outbox marks a
+result delivered only when the broker has it. Results carry their ``fingerprint``:
+consumers that must see each alert once deduplicate on it (a timed-out send is retried
+by the outbox, and paho may still deliver the first copy after a reconnect).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, ClassVar, Literal
+
+import paho.mqtt.client as mqtt
+from pydantic import Field, field_validator
+
+from connectors.base import SinkError
+from connectors.base import Sink as SinkBase
+from connectors.json_safe import dumps
+from connectors.mqtt.client import (
+    MqttConnectionConfig,
+    build_client,
+    describe_connect_error,
+    describe_refusal,
+)
+
+log = logging.getLogger(__name__)
+
+ONLINE, OFFLINE = "online", "offline"
+
+
+class MqttSinkConfig(MqttConnectionConfig):
+    """``sinks: - {type: mqtt, ...}``."""
+
+    type: Literal["mqtt"] = "mqtt"
+    prefix: str = "mmdwatch"
+    # Usually left out: the agent passes the top-level ``site`` to the constructor, and
+    # every result names its site anyway.
+    site: str | None = None
+    publish_timeout_s: float = Field(10.0, gt=0)
+    connect_timeout_s: float = Field(10.0, gt=0)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value or any(ch in value for ch in "+#\0"):
+            raise ValueError(f"prefix {value!r} must be a plain topic prefix without "
+                             "wildcards, e.g. 'mmdwatch'")
+        return value.rstrip("/")
+
+
+def topics(prefix: str, site: str) -> dict[str, str]:
+    """The three topics of one site."""
+    base = f"{prefix}/{site}"
+    return {"state": f"{base}/state", "alert": f"{base}/alert",
+            "availability": f"{base}/availability"}
+
+
+class MqttSink(SinkBase):
+    """Publishes inspection results to the broker."""
+
+    type: ClassVar[str] = "mqtt"
+    Config: ClassVar[type[MqttSinkConfig]] = MqttSinkConfig
+
+    def __init__(self, config: MqttSinkConfig | dict[str, Any], *,
+                 site: str | None = None) -> None:
+        self.config = config if isinstance(config, MqttSinkConfig) else \
+            MqttSinkConfig.model_validate(config)
+        self._site = site or self.config.site
+        self._client: mqtt.Client | None = None
+        self._lock = threading.Lock()
+        self._connected = threading.Event()
+        self._last_error: str | None = None
+        if self._site:
+            self._connect(self._site)
+
+    def __repr__(self) -> str:
+        return f"MqttSink(host={self.config.host!r}, port={self.config.port}, " \
+               f"prefix={self.config.prefix!r}, site={self._site!r})"
+
+    @property
+    def name(self) -> str:
+        return f"mqtt:{self.config.host}:{self.config.port}/{self.config.prefix}"
+
+    def _connect(self, site: str) -> None:
+        c = self.config
+        self._site = site
+        client = build_client(c, client_id=c.client_id or f"mmdwatch-sink-{site}",
+                              clean_session=True, manual_ack=False, logger=log)
+        availability = topics(c.prefix, site)["availability"]
+        client.will_set(availability, OFFLINE, qos=1, retain=True)
+
+        def on_connect(cl: mqtt.Client, userdata: object, flags: object,
+                       reason: mqtt.ReasonCode, properties: object) -> None:
+            if reason.is_failure:
+                self._last_error = describe_refusal(reason, c)
+                log.error("%s (retrying with backoff)", self._last_error)
+                return
+            self._last_error = None
+            cl.publish(availability, ONLINE, qos=1, retain=True)
+            self._connected.set()
+            log.info("MQTT sink connected to %s, publishing under %s/%s/",
+                     c.address, c.prefix, site)
+
+        def on_disconnect(*_: object) -> None:
+            self._connected.clear()
+
+        def on_connect_error(exc: BaseException) -> None:
+            self._last_error = describe_connect_error(exc, c)
+            log.error("%s (retrying with backoff)", self._last_error)
+
+        client.on_connect = on_connect
+        client.on_disconnect = on_disconnect
+        client.on_connect_error = on_connect_error
+        client.connect_async(c.host, c.port, keepalive=c.keepalive_s)
+        client.loop_start()
+        self._client = client
+
+    def send(self, result: dict[str, Any]) -> None:
+        site = result.get("site") or self._site
+        if not site:
+            raise SinkError("result has no 'site' and the MQTT sink was given none; "
+                            "set the top-level 'site' key")
+        with self._lock:
+            if self._client is None:
+                self._connect(str(site))
+        if not self._connected.wait(self.config.connect_timeout_s):
+            raise SinkError(f"MQTT sink not connected to {self.config.address}: "
+                            f"{self._last_error or 'no answer yet'}; the outbox keeps the "
+                            "result and retries")
+        assert self._client is not None
+        names = topics(self.config.prefix, str(site))
+        payload = dumps(result)
+        infos = [self._client.publish(names["state"], payload, qos=1, retain=True)]
+        if result.get("status") == "firing":
+            infos.append(self._client.publish(names["alert"], payload, qos=1, retain=False))
+        deadline = time.monotonic() + self.config.publish_timeout_s
+        for info in infos:
+            try:
+                info.wait_for_publish(max(0.0, deadline - time.monotonic()))
+            except (RuntimeError, ValueError) as exc:
+                raise SinkError(f"MQTT publish to {self.config.address} failed ({exc}); "
+                                "the outbox retries") from exc
+            if not info.is_published():
+                raise SinkError(f"no PUBACK from MQTT broker {self.config.address} within "
+                                f"{self.config.publish_timeout_s:g}s; the outbox retries")
+
+    def close(self) -> None:
+        """Publish ``offline`` (retained), then disconnect. Idempotent."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self._connected.is_set() and self._site:
+            info = client.publish(topics(self.config.prefix, self._site)["availability"],
+                                  OFFLINE, qos=1, retain=True)
+            try:
+                info.wait_for_publish(2.0)
+            except (RuntimeError, ValueError):
+                pass
+        client.disconnect()
+        client.loop_stop()
+        self._connected.clear()
