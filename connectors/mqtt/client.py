@@ -98,7 +98,7 @@ class ReportingClient(mqtt.Client):
 
     on_connect_error: Callable[[BaseException], None] | None = None
 
-    def reconnect(self) -> mqtt.MQTTErrorCode:  # noqa: D102 - paho's docstring applies
+    def reconnect(self) -> mqtt.MQTTErrorCode:
         try:
             return super().reconnect()
         except (OSError, ValueError) as exc:

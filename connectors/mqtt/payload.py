@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from connectors.base import Reading
@@ -119,7 +119,7 @@ def parse_time(value: object) -> float | str:
             except ValueError:
                 return BAD_TIME
             if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=timezone.utc)
+                parsed = parsed.replace(tzinfo=UTC)
             try:
                 seconds = parsed.timestamp()
             except (OverflowError, ValueError, OSError):

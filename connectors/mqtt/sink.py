@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Literal
 import paho.mqtt.client as mqtt
 from pydantic import Field, field_validator
 
-from connectors.base import SinkError
 from connectors.base import Sink as SinkBase
+from connectors.base import SinkError
 from connectors.json_safe import dumps
 from connectors.mqtt.client import (
     MqttConnectionConfig,

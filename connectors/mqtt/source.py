@@ -240,7 +240,7 @@ class MqttSource(StreamSource):
             try:
                 self._deliver(readings)
                 return True
-            except Exception as exc:  # the store's problem must not kill the source
+            except Exception as exc:  # noqa: BLE001 - a store failure must not kill the source
                 self._deliver_failures += 1
                 log.error("could not commit %d MQTT readings to the store (%s); retrying in "
                           "%.1fs, the broker keeps them until then", len(readings), exc, delay)
