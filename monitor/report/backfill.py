@@ -32,7 +32,15 @@ from monitor.report.view import InspectionView
 log = logging.getLogger(__name__)
 
 # Fixed margins in inches: the two timeline figures must share their x geometry exactly.
-_WIDTH, _LEFT, _RIGHT = 13.0, 1.3, 1.4
+_WIDTH, _LEFT, _RIGHT, _BOTTOM = 13.0, 1.3, 1.4, 1.0
+
+
+def _legend_below(fig: Any, ax: Any, height: float) -> None:
+    """Legend in the bottom margin, under the time axis, where it hides no data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(_LEFT / _WIDTH,
+                   0.05 / height), ncols=len(handles), fontsize=8, frameon=False)
 
 
 def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
@@ -101,7 +109,7 @@ def _time_edges(times: list[datetime]) -> np.ndarray:
 def _axes(fig: Any, height: float) -> tuple[Any, Any]:
     """Main axes and a colourbar slot at fixed inch margins (shared by both timelines)."""
     w = _WIDTH
-    bottom, top = 0.95 / height, 0.55 / height
+    bottom, top = _BOTTOM / height, 0.6 / height
     main = fig.add_axes([_LEFT / w, bottom, 1 - (_LEFT + _RIGHT) / w, 1 - bottom - top])
     cax = fig.add_axes([1 - (_RIGHT - 0.2) / w, bottom, 0.18 / w, 1 - bottom - top])
     return main, cax
@@ -153,8 +161,8 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     ax, cax = _axes(fig, height)
     import matplotlib as mpl
 
-    cmap = mpl.colormaps[style.SCORE_CMAP].copy()
-    cmap.set_bad("#eeeeee")  # inspections that ended in error / sensors absent
+    # Light grey cells: inspections that ended in error, sensors absent at that time.
+    cmap = mpl.colormaps[style.SCORE_CMAP].with_extremes(bad="#eeeeee")
     finite = grid[np.isfinite(grid)]
     vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     mesh = ax.pcolormesh(edges, np.arange(len(order) + 1) - 0.5, np.ma.masked_invalid(grid),
@@ -164,8 +172,11 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     selected_cells = [(centres[j], row[s]) for j in firing for s in views[j].selected if s in row]
     if selected_cells:
         xs, ys = zip(*selected_cells)
-        ax.scatter(xs, ys, s=28, facecolors="none", edgecolors=style.SELECTED_COLOUR,
-                   linewidths=1.4, zorder=3, label="selected in a firing inspection")
+        # White halo under the purple ring: visible on dark (low) and bright cells alike.
+        ax.scatter(xs, ys, s=34, facecolors="none", edgecolors="white", linewidths=3.0,
+                   zorder=3)
+        ax.scatter(xs, ys, s=34, facecolors="none", edgecolors=style.SELECTED_COLOUR,
+                   linewidths=1.5, zorder=3, label="selected in a firing inspection")
     # Markers just above the map, in axes-fraction y, for firing and error inspections.
     trans = ax.get_xaxis_transform()
     if firing:
@@ -183,9 +194,7 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     _date_axis(ax, edges)
     cbar = fig.colorbar(mesh, cax=cax)
     cbar.set_label("importance score Π (unitless)")
-    if firing or errors or selected_cells:
-        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.09 * 4.5 / height), ncols=3,
-                  fontsize=8, frameon=False)
+    _legend_below(fig, ax, height)
     ax.set_title(f"Sensor scores per inspection, {_span_text(views)} "
                  f"({len(views)} inspections, {len(firing)} firing)", fontsize=11, pad=14)
     return Drawn(fig, {"sensors": len(order), "inspections": len(views),
@@ -215,7 +224,7 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     centres = mdates.date2num([v.inspection_time for v in views])
     p = np.array([v.p_value if v.p_value is not None else np.nan for v in views], dtype=float)
     edges = _time_edges([v.inspection_time for v in views])
-    height = 3.6
+    height = 4.0
     fig = Figure(figsize=(_WIDTH, height), dpi=style.DPI)
     ax, cax = _axes(fig, height)
     cax.set_visible(False)  # the slot keeps the x geometry equal to the heatmap's
@@ -243,7 +252,7 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     ax.set_ylabel("p-value (log scale)")
     _date_axis(ax, edges)
     ax.grid(alpha=0.3, which="major")
-    ax.legend(loc="lower left", fontsize=8, framealpha=0.85, ncols=4)
+    _legend_below(fig, ax, height)
     ax.set_title(f"Change-test p-value per inspection, {_span_text(views)}", fontsize=11)
     return Drawn(fig, {"inspections": len(views), "p_values": int(np.isfinite(p).sum()),
                        "firing": int(firing.sum()), "errors": int(errors.sum())})

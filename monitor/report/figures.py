@@ -159,9 +159,9 @@ def _utc_index(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _normalised_label(normalise: str | None) -> str:
     if normalise == "before":
-        return "normalised value (÷ before-window mean, unitless)"
+        return "value ÷ before-window mean (unitless)"
     if normalise == "first":
-        return "normalised value (÷ window's first value, unitless)"
+        return "value ÷ window's first value (unitless)"
     return "normalised value (unitless)"
 
 
@@ -294,7 +294,14 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
     if not placed and not unscored:
         raise ReportInputError("sensors_file lists no sensor with coordinates; nothing to map")
 
-    fig = new_figure(9.5, 7.5)
+    # Figure shaped like the network (plus room for the colourbar and title).
+    span_x = float(np.ptp(positions["x"])) if len(positions) > 1 else 1.0
+    span_y = float(np.ptp(positions["y"])) if len(positions) > 1 else 1.0
+    if segments is not None and len(segments):
+        span_x = max(span_x, float(np.ptp(segments[:, :, 0])))
+        span_y = max(span_y, float(np.ptp(segments[:, :, 1])))
+    aspect = span_y / span_x if span_x > 0 else 1.0
+    fig = new_figure(10.5, float(np.clip(9.0 * aspect + 1.3, 4.5, 11.0)))
     ax = fig.add_subplot()
     handles: list[Any] = []
     n_links = 0
@@ -343,7 +350,11 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=8, framealpha=0.85)
     names = ", ".join(view.selected[:6]) + (" …" if len(view.selected) > 6 else "")
-    ax.set_title(f"Network map: sensor scores, {_title_when(view)}"
-                 + (f"\nselected: {names}" if names else "\nno sensor selected"), fontsize=11)
+    off_map = [s for s in view.sensor_ids if s not in positions.index]
+    second = f"selected: {names}" if names else "no sensor selected"
+    if off_map:
+        second += f"; {len(off_map)} scored sensor(s) have no coordinates in sensors_file"
+    ax.set_title(f"Network map: sensor scores, {_title_when(view)}\n{second}", fontsize=11)
     return Drawn(fig, {"sensors": len(placed), "unscored": len(unscored),
-                       "selected": len([s for s in placed if s in chosen]), "links": n_links})
+                       "selected": len([s for s in placed if s in chosen]), "links": n_links,
+                       "off_map": off_map})
