@@ -135,8 +135,8 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     inspections marked above the map, their selected sensors outlined in their cells."""
     if not views:
         raise ReportInputError("no inspection with a valid inspection_time; nothing to plot")
-    from matplotlib.figure import Figure
     import matplotlib.dates as mdates
+    from matplotlib.figure import Figure
 
     sensors: dict[str, float] = {}
     for v in views:
@@ -218,8 +218,8 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     errors as grey crosses on the bottom edge."""
     if not views:
         raise ReportInputError("no inspection with a valid inspection_time; nothing to plot")
-    from matplotlib.figure import Figure
     import matplotlib.dates as mdates
+    from matplotlib.figure import Figure
 
     centres = mdates.date2num([v.inspection_time for v in views])
     p = np.array([v.p_value if v.p_value is not None else np.nan for v in views], dtype=float)

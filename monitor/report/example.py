@@ -5,7 +5,7 @@ per-sensor standardised mean shift, enough to give the figures realistic structu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ def example_inspection(n_sensors: int = 33, n_lambdas: int = 6, *, n_changed: in
     """Hourly before/after windows of ``n_sensors`` pressure-like sensors, the first
     ``n_changed`` of which drop after ``at``; a firing result ranking them."""
     rng = np.random.default_rng(seed)
-    t0 = datetime.fromisoformat(at.replace("Z", "+00:00")).astimezone(timezone.utc)
+    t0 = datetime.fromisoformat(at).astimezone(UTC)
     ids = [f"s{i:03d}" for i in range(n_sensors)]
     idx_before = pd.date_range(t0 - timedelta(hours=hours), periods=hours, freq="h", tz="UTC")
     idx_after = pd.date_range(t0, periods=hours, freq="h", tz="UTC")
@@ -98,7 +98,7 @@ def example_backfill(n_sensors: int = 33, days: int = 20, change_day: int = 12,
     """Daily inspections; the change starts at ``change_day`` (firing from then on), and one
     inspection (day 3) ends in error, as a gap in the data would make it."""
     out = []
-    start = datetime(2019, 3, 1, tzinfo=timezone.utc)
+    start = datetime(2019, 3, 1, tzinfo=UTC)
     for d in range(days):
         at = (start + timedelta(days=d)).strftime("%Y-%m-%dT%H:%M:%SZ")
         ex = example_inspection(n_sensors, n_changed=3 if d >= change_day else 0, site=site,

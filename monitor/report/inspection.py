@@ -107,13 +107,13 @@ def _render(folder: Path, key: str, title: str, caption: str,
         log.info("report figure %s not drawn: %s", key, exc)
         record.status, record.reason = "skipped", str(exc)
         return record
-    except Exception as exc:  # noqa: BLE001 - a drawing bug must not stop the report
+    except Exception as exc:
         log.exception("report figure %s failed to draw", key)
         record.status, record.reason = "failed", f"{type(exc).__name__}: {exc}"
         return record
     try:
         drawn.figure.savefig(folder / name, dpi=style.DPI)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         log.exception("report figure %s failed to save to %s", key, folder / name)
         record.status, record.reason = "failed", f"saving {name}: {type(exc).__name__}: {exc}"
         return record
@@ -227,8 +227,8 @@ def _facts(view: InspectionView) -> list[tuple[str, str]]:
     for name, cls in (("before", "before"), ("after", "after")):
         win = w.get(name) if isinstance(w.get(name), dict) else None
         if win:
-            rows.append((f"{name} window", f'<span class="{cls}">{H.esc(win.get("start"))} → '
-                         f'{H.esc(win.get("end"))}</span>, n = {H.esc(win.get("n"))}'))
+            rows.append((f"{name} window", (f'<span class="{cls}">{H.esc(win.get("start"))} → '
+                         f'{H.esc(win.get("end"))}</span>, n = {H.esc(win.get("n"))}')))
     if w:
         rows.append(("resampling", H.esc(f"{w.get('resample', 'n/a')} {w.get('aggregate', '')}, "
                                          f"normalised by {w.get('normalise', 'n/a')}")))
