@@ -162,6 +162,10 @@ def _normalised_label(normalise: str | None) -> str:
         return "value ÷ before-window mean (unitless)"
     if normalise == "first":
         return "value ÷ window's first value (unitless)"
+    if normalise == "zscore":
+        return "z-score vs before window (before-window sd)"
+    if normalise == "none":
+        return "value (source units, not normalised)"
     return "normalised value (unitless)"
 
 

@@ -246,42 +246,62 @@ def _facts(view: InspectionView) -> list[tuple[str, str]]:
 
 
 def _quality_notes(view: InspectionView) -> list[str]:
+    """Plain sentences (escaped HTML) about what the test did not see as measured."""
     q = view.data_quality
     notes = []
+    used, seen = q.get("sensors_used"), q.get("sensors_seen")
+    if isinstance(used, int) and isinstance(seen, int) and used < seen:
+        notes.append(f"{used} of {seen} sensors seen in the windows were tested.")
     frac = q.get("missing_fraction")
     try:
         if frac is not None and float(frac) > 0:
-            notes.append(f"{float(frac):.2%} of the hourly values in the windows were missing.")
+            notes.append(f"{float(frac):.2%} of the hourly values in the windows were missing "
+                         "(gaps inside a window are interpolated before the test).")
     except (TypeError, ValueError):
         pass
+    reasons = q.get("dropped_reasons") if isinstance(q.get("dropped_reasons"), dict) else {}
     dropped = q.get("dropped_sensors") or []
     if dropped:
         items = []
         for d in dropped:
-            if isinstance(d, dict):
-                items.append(H.esc(d.get("sensor_id", d.get("sensor", "?")))
-                             + (f" ({H.esc(d.get('reason'))})" if d.get("reason") else ""))
-            else:
-                items.append(H.esc(d))
-        notes.append(f"{len(dropped)} sensor(s) left out of the test: {', '.join(items)}.")
+            sid = d.get("sensor_id", d.get("sensor", "?")) if isinstance(d, dict) else d
+            why = d.get("reason") if isinstance(d, dict) else reasons.get(str(d))
+            items.append(H.esc(sid) + (f" ({H.esc(why)})" if why else ""))
+        notes.append(f"{len(dropped)} sensor(s) left out of the test: {'; '.join(items)}.")
+    unscaled = q.get("unscaled_sensors")
+    if isinstance(unscaled, dict) and unscaled:
+        items = [f"{H.esc(k)} ({H.esc(v)})" for k, v in unscaled.items()]
+        notes.append(f"Not normalised: {'; '.join(items)}.")
+    known = {"missing_fraction", "dropped_sensors", "dropped_reasons", "sensors_seen",
+             "sensors_used", "unscaled_sensors"}
     for key, value in q.items():  # anything else the inspection recorded
-        if key not in {"missing_fraction", "dropped_sensors"} and value not in (None, [], {}, 0):
+        if key not in known and value not in (None, [], {}, 0):
             notes.append(f"{H.esc(key)}: {H.esc(json.dumps(value, default=str))}")
     return notes
 
 
 def _sensor_table(view: InspectionView) -> str:
+    """Every sensor, ranked; window means in source units when the result has them."""
+    raw = all(r.raw_mean_before is not None for r in view.sensors)
+    unit = "source units" if raw else "normalised"
     rows, classes = [], []
     for r in view.sensors:
+        before, after = ((r.raw_mean_before, r.raw_mean_after) if raw
+                         else (r.mean_before, r.mean_after))
         change = ""
-        if r.mean_before not in (None, 0) and r.mean_after is not None:
-            change = f"{(r.mean_after - r.mean_before) / abs(r.mean_before):+.2%}"
+        if before not in (None, 0) and after is not None:
+            change = f"{after - before:+.4g} ({(after - before) / abs(before):+.2%})"
         rows.append([str(r.rank), H.esc(r.sensor_id), style.score_text(r.score),
                      "yes" if r.sensor_id in view.selected else "",
-                     style.score_text(r.mean_before), style.score_text(r.mean_after), change])
+                     _mean_text(before), _mean_text(after), change])
         classes.append("sel" if r.sensor_id in view.selected else "")
-    return H.table(["rank", "sensor", "score", "selected", "mean before", "mean after",
-                    "change"], rows, numeric={0, 2, 4, 5, 6}, row_classes=classes)
+    return H.table(["rank", "sensor", "score", "selected", f"mean before ({unit})",
+                    f"mean after ({unit})", "change"], rows, numeric={0, 2, 4, 5, 6},
+                   row_classes=classes)
+
+
+def _mean_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.6g}"
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -25,8 +25,10 @@ class SensorRow:
     rank: int
     score: float
     selected: bool
-    mean_before: float | None = None
+    mean_before: float | None = None  # normalised window means
     mean_after: float | None = None
+    raw_mean_before: float | None = None  # in source units, when the result has them
+    raw_mean_after: float | None = None
 
 
 def _float(value: Any, default: float = math.nan) -> float:
@@ -85,8 +87,8 @@ class InspectionView:
         if not selected:
             selected = [r.sensor_id for r in sensors if r.selected]
         selected_set = set(selected)
-        sensors = [SensorRow(r.sensor_id, r.rank, r.score, r.sensor_id in selected_set or
-                             r.selected, r.mean_before, r.mean_after) for r in sensors]
+        sensors = [replace(r, selected=r.sensor_id in selected_set or r.selected)
+                   for r in sensors]
 
         lambdas = _array(engine.get("lambdas"), ndim=1)
         per_lambda = _array(engine.get("scores_per_lambda"), ndim=2)
@@ -160,6 +162,8 @@ def _sensor_rows(result: dict[str, Any], engine: dict[str, Any]) -> list[SensorR
                 selected=bool(item.get("selected", False)),
                 mean_before=_opt_float(item.get("mean_before")),
                 mean_after=_opt_float(item.get("mean_after")),
+                raw_mean_before=_opt_float(item.get("raw_mean_before")),
+                raw_mean_after=_opt_float(item.get("raw_mean_after")),
             ))
     elif isinstance(engine.get("labels"), list) and engine.get("scores") is not None:
         scores = _array(engine.get("scores"), ndim=1)
