@@ -1,0 +1,147 @@
+"""How many readings per second the MQTT source commits into the agent's store.
+
+A real mosquitto (started here on a free loopback port, as the tests do) and the real
+``MqttSource`` -> ``monitor.store.ReadingStore`` path (SQLite, WAL). Two modes:
+
+* ``backlog``: the readings are queued on the broker for the source's persistent session
+  while it is away (as after an agent restart); timed from ``start`` to the last commit.
+  This measures the source and the store, not the publisher.
+* ``live``: a separate publisher process publishes while the source runs; timed from the
+  first publish to the last commit (the Python publisher may be the limit here).
+
+Each run varies the payload shape: one reading per message (one JSON object, the usual
+device behaviour) or a JSON array of readings per message (gateways).
+
+    python -m bench.mqtt_ingest                      # default table
+    python -m bench.mqtt_ingest --readings 200000 --per-message 1 50
+
+Writes bench/results/mqtt_ingest.csv and prints a table.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+
+from connectors.mqtt import MqttSource
+from monitor.store import ReadingStore
+from tests.servers import MosquittoServer
+
+RESULTS = Path(__file__).resolve().parent / "results"
+T0 = 1_717_200_000
+
+
+def payloads(n_readings: int, per_message: int, n_sensors: int = 1000) -> list[bytes]:
+    """Messages holding ``n_readings`` readings of ``n_sensors`` sensors at 5-min steps."""
+    out: list[bytes] = []
+    items = []
+    for i in range(n_readings):
+        items.append({"sensor": f"s{i % n_sensors:05d}", "time": T0 + 300 * (i // n_sensors),
+                      "value": (i % 997) / 10})
+        if len(items) == per_message:
+            out.append(json.dumps(items[0] if per_message == 1 else items).encode())
+            items = []
+    if items:
+        out.append(json.dumps(items).encode())
+    return out
+
+
+def publish(port: int, messages: list[bytes], topic: str = "sensors/bench") -> None:
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    client.max_inflight_messages_set(1000)
+    client.max_queued_messages_set(0)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    infos = [client.publish(topic, m, qos=1) for m in messages]
+    for info in infos:
+        info.wait_for_publish(120)
+    client.disconnect()
+    client.loop_stop()
+
+
+def _source(port: int) -> MqttSource:
+    return MqttSource({"type": "mqtt", "host": "127.0.0.1", "port": port,
+                       "topics": ["sensors/#"], "client_id": "bench-agent",
+                       "reconnect_min_s": 0.2})
+
+
+def _wait_for(store: ReadingStore, source: MqttSource, n: int, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while source.health()["accepted"] < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {source.health()['accepted']} of {n} readings committed")
+        time.sleep(0.005)
+    return time.perf_counter()
+
+
+def run_one(mode: str, n_readings: int, per_message: int, workdir: Path) -> dict:
+    messages = payloads(n_readings, per_message)
+    with MosquittoServer(workdir / f"broker-{mode}-{per_message}") as broker:
+        store = ReadingStore(workdir / f"store-{mode}-{per_message}.sqlite")
+        source = _source(broker.port)
+        if mode == "backlog":
+            source.start(store.add)  # registers the persistent session and subscription
+            while not source.health()["connected"]:
+                time.sleep(0.01)
+            source.stop()
+            publish(broker.port, messages)
+            source = _source(broker.port)
+            t0 = time.perf_counter()
+            source.start(store.add)
+            t1 = _wait_for(store, source, n_readings, timeout=600)
+        else:
+            source.start(store.add)
+            while not source.health()["connected"]:
+                time.sleep(0.01)
+            proc = multiprocessing.Process(target=publish, args=(broker.port, messages))
+            t0 = time.perf_counter()
+            proc.start()
+            t1 = _wait_for(store, source, n_readings, timeout=600)
+            proc.join()
+        source.stop()
+        health = source.health()
+        stored = store.count() if hasattr(store, "count") else None
+        store.close()
+    seconds = t1 - t0
+    return {"mode": mode, "readings": n_readings, "per_message": per_message,
+            "messages": len(messages), "seconds": round(seconds, 3),
+            "readings_per_s": round(n_readings / seconds),
+            "messages_per_s": round(len(messages) / seconds),
+            "accepted": health["accepted"], "stored": stored,
+            "machine": f"{platform.machine()} {multiprocessing.cpu_count()} cores"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--readings", type=int, default=100_000)
+    parser.add_argument("--per-message", type=int, nargs="+", default=[1, 100])
+    parser.add_argument("--modes", nargs="+", default=["backlog", "live"],
+                        choices=["backlog", "live"])
+    parser.add_argument("--out", type=Path, default=RESULTS / "mqtt_ingest.csv")
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mmdwatch-bench-") as tmp:
+        for mode in args.modes:
+            for per in args.per_message:
+                row = run_one(mode, args.readings, per, Path(tmp))
+                rows.append(row)
+                print(f"{row['mode']:8s} {row['per_message']:4d}/msg {row['readings']:8d} "
+                      f"readings in {row['seconds']:7.2f}s = {row['readings_per_s']:8d} "
+                      f"readings/s ({row['messages_per_s']} msg/s)", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
