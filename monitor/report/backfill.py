@@ -177,15 +177,18 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
                    zorder=3)
         ax.scatter(xs, ys, s=34, facecolors="none", edgecolors=style.SELECTED_COLOUR,
                    linewidths=1.5, zorder=3, label="selected in a firing inspection")
-    # Markers just above the map, in axes-fraction y, for firing and error inspections.
-    trans = ax.get_xaxis_transform()
+    # Markers a fixed 7 points above the map (any figure height), for firing and error
+    # inspections: x in data, y on the top edge.
+    from matplotlib.transforms import ScaledTranslation
+
+    trans = ax.get_xaxis_transform() + ScaledTranslation(0, 7 / 72, fig.dpi_scale_trans)
     if firing:
-        ax.scatter(centres[firing], np.full(len(firing), 1.02), marker="v", s=45,
+        ax.scatter(centres[firing], np.full(len(firing), 1.0), marker="v", s=45,
                    color=style.SELECTED_COLOUR, transform=trans, clip_on=False, zorder=4,
                    label=f"firing inspection ({len(firing)})")
     errors = [j for j, v in enumerate(views) if v.status == "error"]
     if errors:
-        ax.scatter(centres[errors], np.full(len(errors), 1.02), marker="x", s=35,
+        ax.scatter(centres[errors], np.full(len(errors), 1.0), marker="x", s=35,
                    color=style.ERROR_COLOUR, transform=trans, clip_on=False, zorder=4,
                    label=f"error inspection ({len(errors)})")
     labels = order
@@ -196,7 +199,7 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     cbar.set_label("importance score Π (unitless)")
     _legend_below(fig, ax, height)
     ax.set_title(f"Sensor scores per inspection, {_span_text(views)} "
-                 f"({len(views)} inspections, {len(firing)} firing)", fontsize=11, pad=14)
+                 f"({len(views)} inspections, {len(firing)} firing)", fontsize=11, pad=18)
     return Drawn(fig, {"sensors": len(order), "inspections": len(views),
                        "firing": len(firing), "errors": len(errors)})
 

@@ -91,7 +91,8 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int
 def figure_section(record: FigureRecord) -> str:
     parts = [f"<h2>{esc(record.title)}</h2>"]
     if record.file:
-        parts.append(f'<figure><img src="{esc(record.file)}" alt="{esc(record.title)}">'
+        parts.append(f'<figure><a href="{esc(record.file)}" title="open full size">'
+                     f'<img src="{esc(record.file)}" alt="{esc(record.title)}"></a>'
                      f"<figcaption>{record.caption}</figcaption></figure>")
     else:
         word = "not drawn" if record.status == "skipped" else "failed to draw"

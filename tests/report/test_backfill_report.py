@@ -45,9 +45,9 @@ def test_score_timeline_grid_is_sensor_by_time_and_marks_firing() -> None:
     # The error inspection (day 3) is a masked column.
     assert np.ma.getmaskarray(mesh.get_array())[:, 3].all()
     # One triangle per firing inspection above the map.
-    triangles = [c for c in ax.collections[1:] if len(c.get_offsets()) == 2
-                 and np.allclose(np.asarray(c.get_offsets())[:, 1], 1.02)]
-    assert triangles
+    firing_days = [c for c in ax.collections[1:] if len(c.get_offsets()) == 2
+                   and np.allclose(np.asarray(c.get_offsets())[:, 1], 1.0)]
+    assert len(firing_days) == 1 and drawn.meta["firing"] == 2
 
 
 def test_p_value_timeline_is_log_scale_with_alpha() -> None:
