@@ -27,7 +27,7 @@ SINKS: dict[str, str] = {
 def _load(table: dict[str, str], kind: str, type_: str) -> type:
     try:
         target = table[type_]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: a list/mapping where a name belongs
         known = ", ".join(sorted(table))
         raise ConnectorError(f"unknown {kind} type {type_!r}; use one of: {known}") from None
     module_name, _, class_name = target.partition(":")
