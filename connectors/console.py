@@ -1,0 +1,77 @@
+"""Console sink: a readable alert (or the raw JSON) on stdout or stderr."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Any, ClassVar, Literal, TextIO
+
+from pydantic import BaseModel, ConfigDict
+
+from connectors.base import Sink, SinkError
+
+
+class ConsoleSinkConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["console"] = "console"
+    name: str | None = None
+    format: Literal["text", "json"] = "text"
+    stream: Literal["stdout", "stderr"] = "stdout"
+    only_firing: bool = False
+    top: int = 5
+
+
+def _num(value: Any, spec: str = ".3g") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def render_text(result: dict[str, Any], top: int = 5) -> str:
+    """A few lines a person reads at a glance; firing results get a block with the top
+    sensors and how their window means moved."""
+    status = str(result.get("status", "?"))
+    head = f"[{status.upper()}] {result.get('site')} {result.get('inspection_time')}"
+    summary = result.get("summary", "")
+    if status != "firing":
+        return f"{head}  {summary}"
+    lines = [f"{head}  {summary}"]
+    test = result.get("test", {})
+    lines.append(f"  test: {test.get('method')}, p={_num(test.get('p_value'))}, "
+                 f"alpha={test.get('alpha')}")
+    lines.append(f"  changed sensors: {', '.join(result.get('selected_sensors', []))}")
+    for s in result.get("sensors", [])[:top]:
+        mark = "*" if s.get("selected") else " "
+        lines.append(
+            f"  {mark} #{s.get('rank'):<3} {s.get('sensor_id'):<12} score {_num(s.get('score'))}"
+            f"  mean {_num(s.get('mean_before'), '.4g')} -> {_num(s.get('mean_after'), '.4g')}")
+    lines.append(f"  fingerprint: {result.get('fingerprint')}")
+    return "\n".join(lines)
+
+
+class ConsoleSink(Sink):
+    type: ClassVar[str] = "console"
+    Config: ClassVar[type[BaseModel]] = ConsoleSinkConfig
+
+    def __init__(self, config: ConsoleSinkConfig, stream: TextIO | None = None) -> None:
+        self.config = config
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.config.name or "console"
+
+    def send(self, result: dict[str, Any]) -> None:
+        if self.config.only_firing and result.get("status") != "firing":
+            return
+        out = self._stream or (sys.stdout if self.config.stream == "stdout" else sys.stderr)
+        if self.config.format == "json":
+            text = json.dumps(result, separators=(",", ":"), allow_nan=False)
+        else:
+            text = render_text(result, self.config.top)
+        try:
+            with self._lock:
+                out.write(text + "\n")
+                out.flush()
+        except (OSError, ValueError) as exc:
+            raise SinkError(f"console: cannot write ({exc}); is the output closed?") from None

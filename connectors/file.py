@@ -1,0 +1,289 @@
+"""File source: CSV (optionally .gz) or Parquet, long or wide, read in bulk or replayed.
+
+* Long layout: a time column, a sensor column and a value column
+  (e.g. ``timestamp,sensor_id,pressure_m``).
+* Wide layout: a time column and one numeric column per sensor.
+
+Column roles are detected from names and content unless named in the config. Naive
+timestamps are taken in ``timezone`` (UTC by default); numeric times are epoch seconds.
+
+As a :class:`WindowSource` it answers window queries from the whole file held in memory;
+as a :class:`StreamSource` it replays the rows in time order at ``speed`` times real time
+(``speed: null`` = as fast as the agent commits them).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from connectors.base import ConnectorError, DeliverFn, Reading, StreamSource, WindowSource
+
+log = logging.getLogger(__name__)
+
+_TIME_NAMES = ("time", "timestamp", "datetime", "date", "ts", "_time", "epoch")
+_VALUE_NAMES = ("value", "reading", "val", "measurement", "_value")
+_SENSOR_NAMES = ("sensor", "sensor_id", "sensorid", "id", "node", "tag", "name", "series")
+
+
+class FileSourceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["file"] = "file"
+    path: Path = Field(description="CSV, CSV.gz or Parquet file")
+    format: Literal["auto", "csv", "parquet"] = "auto"
+    layout: Literal["auto", "long", "wide"] = "auto"
+    time_col: str | None = None
+    sensor_col: str | None = None
+    value_col: str | None = None
+    timezone: str = Field("UTC", description="zone of naive timestamps")
+    speed: float | None = Field(None, gt=0, description="replay speed factor; null = fastest")
+    batch_size: int = Field(5000, ge=1, description="readings per delivered batch")
+
+
+def _pick(columns: list[str], names: tuple[str, ...]) -> str | None:
+    lowered = {c.lower(): c for c in columns}
+    for name in names:
+        if name in lowered:
+            return lowered[name]
+    return None
+
+
+def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
+                 sensor_col: str | None = None, value_col: str | None = None,
+                 layout: str = "auto") -> tuple[str, str, str | None, str | None]:
+    """Return ``(layout, time_col, sensor_col, value_col)``; sensor/value are None for wide."""
+    columns = [str(c) for c in frame.columns]
+    for given in (time_col, sensor_col, value_col):
+        if given is not None and given not in columns:
+            raise ConnectorError(f"column {given!r} is not in the file (columns: "
+                                 f"{', '.join(columns)}); fix the column name")
+    if time_col is None:
+        time_col = _pick(columns, _TIME_NAMES) or next(
+            (c for c in columns if "time" in c.lower() or "date" in c.lower()), None)
+    if time_col is None:  # content: the first column most of whose values parse as times
+        for c in columns:
+            sample = frame[c].dropna().head(50)
+            if sample.dtype == object or pd.api.types.is_string_dtype(sample):
+                # utc=True: mixed offsets in one column must not raise here
+                parsed = pd.to_datetime(sample, errors="coerce", format="mixed", utc=True)
+                if len(sample) and parsed.notna().mean() > 0.9:
+                    time_col = c
+                    break
+    if time_col is None:
+        raise ConnectorError(f"no time column found among {', '.join(columns)}; name it with "
+                             "time_col (or --time-col)")
+    rest = [c for c in columns if c != time_col]
+    textual = [c for c in rest if not pd.api.types.is_numeric_dtype(frame[c])]
+    numeric = [c for c in rest if pd.api.types.is_numeric_dtype(frame[c])]
+    if layout == "auto":
+        layout = "long" if (sensor_col or value_col or textual) else "wide"
+    if layout == "wide":
+        if not numeric:
+            raise ConnectorError("wide layout needs numeric sensor columns besides "
+                                 f"{time_col!r}; check the file or set layout: long")
+        return "wide", time_col, None, None
+    if sensor_col is None:
+        sensor_col = _pick(textual, _SENSOR_NAMES) or (textual[0] if len(textual) == 1 else None)
+        if sensor_col is None:
+            sensor_col = _pick(rest, _SENSOR_NAMES)
+    if sensor_col is None:
+        raise ConnectorError(f"cannot tell which column holds sensor ids among {', '.join(rest)};"
+                             " name it with sensor_col (or --sensor-col)")
+    if value_col is None:
+        candidates = [c for c in numeric if c != sensor_col]
+        value_col = _pick(candidates, _VALUE_NAMES) or (
+            candidates[0] if len(candidates) == 1 else None)
+    if value_col is None:
+        raise ConnectorError(f"cannot tell which column holds the values among "
+                             f"{', '.join(c for c in rest if c != sensor_col)}; name it with "
+                             "value_col (or --value-col)")
+    return "long", time_col, sensor_col, value_col
+
+
+def _parse_times(column: pd.Series, timezone: str) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(column):
+        seconds = pd.to_numeric(column, errors="coerce").astype(float)
+        if seconds.abs().median() > 1e11:  # epoch milliseconds
+            seconds = seconds / 1000.0
+        return pd.to_datetime(seconds, unit="s", utc=True, errors="coerce")
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.dt.tz_convert("UTC")
+    if pd.api.types.is_datetime64_dtype(column):
+        return column.dt.tz_localize(timezone).dt.tz_convert("UTC")
+    text = column.astype(str)
+    try:
+        parsed = pd.to_datetime(text, errors="coerce", format="ISO8601")
+    except (ValueError, TypeError):  # mixed offsets
+        parsed = pd.to_datetime(text, errors="coerce", utc=True, format="mixed")
+    if parsed.dt.tz is None:
+        return parsed.dt.tz_localize(timezone, ambiguous="NaT",
+                                     nonexistent="NaT").dt.tz_convert("UTC")
+    return parsed.dt.tz_convert("UTC")
+
+
+def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
+                  time_col: str | None = None, sensor_col: str | None = None,
+                  value_col: str | None = None, timezone: str = "UTC",
+                  rejected: Counter[str] | None = None) -> pd.DataFrame:
+    """Read a file into a long frame ``time`` (UTC), ``sensor`` (str), ``value`` (float),
+    sorted by time. Rows with unparsable times or values are dropped and counted."""
+    path = Path(path)
+    if not path.exists():
+        raise ConnectorError(f"data file {path} does not exist; check the path")
+    fmt = format
+    if fmt == "auto":
+        fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
+    try:
+        raw = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
+    except Exception as exc:  # pandas raises many types for unreadable files
+        raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
+                             "format") from None
+    if isinstance(raw.index, pd.DatetimeIndex):
+        raw = raw.reset_index()
+    raw.columns = [str(c) for c in raw.columns]
+    kind, tcol, scol, vcol = detect_roles(raw, time_col=time_col, sensor_col=sensor_col,
+                                          value_col=value_col, layout=layout)
+    if kind == "wide":
+        # Sensor columns may be called anything, "value" and "sensor" included: melt
+        # into names no column can have, then rename.
+        long = raw.rename(columns={tcol: "\x00time"}).melt(
+            id_vars=["\x00time"], var_name="\x00sensor", value_name="\x00value")
+        long.columns = ["time", "sensor", "value"]
+    else:
+        long = raw[[tcol, scol, vcol]].rename(columns={tcol: "time", scol: "sensor",
+                                                       vcol: "value"})
+    long["time"] = _parse_times(long["time"], timezone)
+    long["value"] = pd.to_numeric(long["value"], errors="coerce")
+    bad_time = long["time"].isna()
+    bad_value = ~bad_time & ~np.isfinite(long["value"].to_numpy(dtype=float, na_value=np.nan))
+    bad_sensor = long["sensor"].isna()
+    if rejected is not None:
+        rejected["bad_time"] += int(bad_time.sum())
+        rejected["bad_value"] += int(bad_value.sum())
+        rejected["missing_sensor"] += int((bad_sensor & ~bad_time & ~bad_value).sum())
+    long = long[~(bad_time | bad_value | bad_sensor)].copy()
+    long["sensor"] = long["sensor"].astype(str)
+    long["value"] = long["value"].astype(float)
+    return long.sort_values("time", kind="stable").reset_index(drop=True)
+
+
+class FileSource(StreamSource, WindowSource):
+    """Readings from one file, read once and kept in memory."""
+
+    type: ClassVar[str] = "file"
+    Config: ClassVar[type[BaseModel]] = FileSourceConfig
+
+    def __init__(self, config: FileSourceConfig) -> None:
+        self.config = config
+        self._frame: pd.DataFrame | None = None
+        self._lock = threading.Lock()
+        self._rejected: Counter[str] = Counter()
+        self._accepted = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._finished = threading.Event()
+
+    # -- loading ------------------------------------------------------------------------------
+    def frame(self) -> pd.DataFrame:
+        """The whole file as a long frame (loaded on first use)."""
+        with self._lock:
+            if self._frame is None:
+                c = self.config
+                self._frame = read_readings(
+                    c.path, format=c.format, layout=c.layout, time_col=c.time_col,
+                    sensor_col=c.sensor_col, value_col=c.value_col, timezone=c.timezone,
+                    rejected=self._rejected)
+                if self._rejected.total():
+                    log.warning("%s: skipped rows: %s", c.path, dict(self._rejected))
+            return self._frame
+
+    # -- WindowSource -------------------------------------------------------------------------
+    def read_window(self, start: pd.Timestamp, end: pd.Timestamp, *,
+                    resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
+        frame = self.frame()
+        times = frame["time"]
+        lo = times.searchsorted(pd.Timestamp(start), side="left")
+        hi = times.searchsorted(pd.Timestamp(end), side="left")
+        return frame.iloc[lo:hi].reset_index(drop=True)
+
+    def watermark(self) -> pd.Timestamp | None:
+        frame = self.frame()
+        return None if frame.empty else frame["time"].iloc[-1]
+
+    # -- StreamSource -------------------------------------------------------------------------
+    def start(self, deliver: DeliverFn) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._replay, args=(deliver,),
+                                        name="file-replay", daemon=True)
+        self._thread.start()
+
+    def _replay(self, deliver: DeliverFn) -> None:
+        try:
+            frame = self.frame()
+        except ConnectorError as exc:
+            log.error("file source: %s", exc)
+            self._finished.set()
+            return
+        epoch = pd.Timestamp(0, tz="UTC")
+        seconds = ((frame["time"] - epoch) / pd.Timedelta(seconds=1)).to_numpy(dtype=float)
+        sensors = frame["sensor"].to_numpy()
+        values = frame["value"].to_numpy()
+        speed = self.config.speed
+        size = self.config.batch_size
+        wall0 = time.monotonic()
+        t0 = seconds[0] if len(seconds) else 0.0
+        i = 0
+        n = len(seconds)
+        while i < n and not self._stop.is_set():
+            j = min(i + size, n)
+            if speed is not None:
+                # never put readings of a later data time in a batch before its due moment
+                j = i + int(np.searchsorted(seconds[i:j], seconds[i], side="right")) \
+                    if seconds[j - 1] != seconds[i] else j
+                due = wall0 + (seconds[i] - t0) / speed
+                delay = due - time.monotonic()
+                if delay > 0 and self._stop.wait(delay):
+                    break
+            batch = [Reading(str(s), float(t), float(v))
+                     for s, t, v in zip(sensors[i:j], seconds[i:j], values[i:j], strict=True)]
+            while not self._stop.is_set():
+                try:
+                    deliver(batch)
+                    break
+                except Exception as exc:  # the store failed: keep the batch, retry
+                    log.error("file source: delivering %d readings failed (%s); retrying in 1 s",
+                              len(batch), exc)
+                    self._stop.wait(1.0)
+            else:
+                break
+            self._accepted += len(batch)
+            i = j
+        if i >= n:
+            self._finished.set()
+            log.info("file source: replayed %d readings from %s", n, self.config.path)
+
+    def finished(self) -> bool:
+        return self._finished.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def health(self) -> dict[str, Any]:
+        return {"connected": True, "accepted": self._accepted,
+                "rejected": dict(self._rejected), "finished": self.finished()}
+
+    def close(self) -> None:
+        self.stop()

@@ -1,0 +1,309 @@
+"""``mmdwatch``: the command line (DESIGN.md, "CLI contract").
+
+argparse and the standard library only at import time, so ``--help`` answers at once;
+pandas, torch and the connectors load inside the command that needs them. Logs go to
+stderr; stdout carries only results. Exit codes: 0 done (whatever the status), 2 bad input
+or config.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mmdwatch")
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+METHODS = ("cv-aggregation", "model-selection", "mmd-baseline", "regression-baseline")
+
+
+class BadInput(Exception):
+    """Bad command-line input; the message says what to change."""
+
+
+# ------------------------------------------------------------------------------------------
+# argument parsing
+# ------------------------------------------------------------------------------------------
+def _add_inspection_options(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--data", type=Path, metavar="PATH",
+                     help="CSV (.gz) or Parquet file, long or wide")
+    src.add_argument("--config", type=Path, metavar="FILE", help="agent config (YAML)")
+    p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
+    p.add_argument("--after", metavar="DUR", help="after window length (default 7d)")
+    p.add_argument("--method", choices=METHODS, help="selector (default cv-aggregation)")
+    p.add_argument("--seed", type=int, help="random seed (default 0)")
+    p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
+    p.add_argument("--normalise", choices=("before", "first", "zscore", "none"),
+                   help="window normalisation (default before)")
+    p.add_argument("--block-size", metavar="DUR",
+                   help='rows moved together in splits/permutations, e.g. 1d, or "none"')
+    p.add_argument("--device", help="auto, cpu or cuda (default auto)")
+    p.add_argument("--site", help="site id in the result (default: the data file's name)")
+    p.add_argument("--time-col", help="name of the time column (--data)")
+    p.add_argument("--sensor-col", help="name of the sensor column (--data, long layout)")
+    p.add_argument("--value-col", help="name of the value column (--data, long layout)")
+    p.add_argument("--report", type=Path, metavar="DIR", help="also write a report here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mmdwatch",
+        description="Watch sensor networks: did the behaviour change, and which sensors "
+                    "carry the change (ARD-MMD variable selection).")
+    parser.add_argument("--log-level", default=None,
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="log level on stderr (default INFO; WARNING for inspect)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="simulated network with an injected change, replayed "
+                       "through the real agent; no server needed")
+    p.add_argument("--state-dir", type=Path, default=Path("state/demo"),
+                   help="where the demo keeps its store, outbox and results "
+                        "(default state/demo; wiped first)")
+    p.add_argument("--no-report", action="store_true", help="skip the HTML/PNG report")
+
+    p = sub.add_parser("run", help="the agent, until SIGINT/SIGTERM")
+    p.add_argument("--config", type=Path, required=True, metavar="FILE")
+
+    p = sub.add_parser("inspect", help="one inspection; prints ONE result JSON on stdout")
+    p.add_argument("--at", required=True, metavar="TIME", help="ISO 8601; naive = UTC")
+    _add_inspection_options(p)
+
+    p = sub.add_parser("backfill", help="inspections over a range; JSON lines; progress on "
+                       "stderr")
+    p.add_argument("--start", required=True, metavar="T")
+    p.add_argument("--end", required=True, metavar="T")
+    p.add_argument("--every", required=True, metavar="DUR", help="e.g. 1d, 12h")
+    p.add_argument("--out", type=Path, metavar="FILE", help="JSON lines here, not stdout")
+    _add_inspection_options(p)
+
+    p = sub.add_parser("check-config", help="validate a config; exit 2 if anything is wrong")
+    p.add_argument("--config", type=Path, required=True, metavar="FILE")
+    return parser
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level),
+                        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+
+# ------------------------------------------------------------------------------------------
+# config for one-shot commands
+# ------------------------------------------------------------------------------------------
+def _one_shot_config(args: argparse.Namespace) -> Any:
+    """A validated MonitorConfig from --config or --data, with command-line overrides."""
+    from monitor.config import load_config, validate_config
+
+    if args.config is not None:
+        config = load_config(args.config)
+        raw = config.model_dump(mode="json", exclude={"source", "sinks"})
+        raw["source"] = config.source.model_dump(mode="json")
+        raw["sinks"] = []
+    else:
+        source: dict[str, Any] = {"type": "file", "path": str(args.data)}
+        for key in ("time_col", "sensor_col", "value_col"):
+            if getattr(args, key):
+                source[key] = getattr(args, key)
+        raw = {"site": _site_from_path(args.data), "source": source, "sinks": []}
+    windows = raw.setdefault("windows", {})
+    engine = raw.setdefault("engine", {})
+    for key, target in (("before", windows), ("after", windows), ("normalise", windows),
+                        ("method", engine), ("seed", engine), ("alpha", engine),
+                        ("device", engine)):
+        if getattr(args, key) is not None:
+            target[key] = getattr(args, key)
+    if args.block_size is not None:
+        engine["block_size"] = None if args.block_size.lower() in ("none", "null") \
+            else args.block_size
+    if args.site:
+        raw["site"] = args.site
+    return validate_config(raw, origin=str(args.config or "command line"))
+
+
+def _site_from_path(path: Path) -> str:
+    import re
+
+    name = path.name
+    for suffix in (".gz", ".csv", ".parquet", ".pq"):
+        name = name.removesuffix(suffix)
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name) or "default"
+
+
+def _window_reader(config: Any) -> Any:
+    """read_window(start, end) for one-shot commands: the source if it answers window
+    queries, else the agent's store in state_dir."""
+    from connectors.base import WindowSource
+    from monitor.compose import build_source
+    from monitor.timeutil import format_duration
+
+    source = build_source(config)
+    if isinstance(source, WindowSource):
+        resample = format_duration(config.windows.resample)
+        return lambda s, e: source.read_window(s, e, resample=resample,
+                                               aggregate=config.windows.aggregate)
+    from monitor.store import ReadingStore
+
+    path = Path(config.state_dir) / "readings.sqlite"
+    if not path.exists():
+        raise BadInput(f"source {config.source.type!r} is a stream and there is no store at "
+                       f"{path} yet; run the agent first (mmdwatch run) or use --data")
+    store = ReadingStore(path)
+    return store.read_window
+
+
+def _report_one(outcome: Any, report_dir: Path, config: Any) -> None:
+    from monitor.compose import build_reporter
+
+    try:
+        folder = build_reporter(report_dir, config.sensors_file, config.links_file)(outcome)
+        log.warning("report written to %s", folder)
+    except Exception:  # the result is already out; a report failure is only logged
+        log.exception("writing the report failed")
+
+
+# ------------------------------------------------------------------------------------------
+# commands
+# ------------------------------------------------------------------------------------------
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from monitor.compose import build_inspector
+    from monitor.timeutil import parse_time
+
+    try:
+        at = parse_time(args.at)
+    except ValueError as exc:
+        raise BadInput(f"--at: {exc}") from None
+    config = _one_shot_config(args)
+    inspector = build_inspector(config)
+    read = _window_reader(config)
+    outcome = inspector.run(at, read)
+    sys.stdout.write(json.dumps(outcome.result, allow_nan=False) + "\n")
+    sys.stdout.flush()
+    if args.report is not None:
+        _report_one(outcome, args.report, config)
+    return EXIT_OK
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from monitor.compose import build_inspector
+    from monitor.schedule import InspectionPlan
+    from monitor.timeutil import parse_duration, parse_time
+
+    try:
+        start, end = parse_time(args.start), parse_time(args.end)
+        every = parse_duration(args.every)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    if end < start or every.total_seconds() <= 0:
+        raise BadInput("--end must not be before --start, and --every must be positive")
+    config = _one_shot_config(args)
+    inspector = build_inspector(config)
+    read = _window_reader(config)
+    times = InspectionPlan(every=every, start=start).between(start, end)
+    out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
+    results = []
+    from tqdm import tqdm
+
+    try:
+        with tqdm(times, desc="backfill", unit="insp", file=sys.stderr,
+                  disable=None) as bar:
+            for t in bar:
+                outcome = inspector.run(t, read)
+                result = outcome.result
+                out.write(json.dumps(result, allow_nan=False) + "\n")
+                out.flush()
+                bar.set_postfix_str(f"{result['inspection_time']} {result['status']}")
+                results.append(result)
+    finally:
+        if args.out:
+            out.close()
+    counts = {s: sum(r["status"] == s for r in results) for s in ("firing", "ok", "error")}
+    log.warning("backfill: %d inspections (%s)", len(results),
+                ", ".join(f"{k} {v}" for k, v in counts.items()))
+    if args.report is not None:
+        try:
+            from monitor.report import write_backfill_report
+
+            log.warning("report written to %s", write_backfill_report(results, args.report))
+        except Exception:
+            log.exception("writing the backfill report failed")
+    return EXIT_OK
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from monitor.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {len(exc.problems)} problem(s)")
+        for problem in exc.problems:
+            print(f"  - {problem}")
+        return EXIT_BAD_INPUT
+    sinks = ", ".join(s.type for s in config.sinks) or "none"
+    sched = config.schedule
+    when = f"cron {sched.cron!r}" if sched.cron else f"every {sched.model_dump()['every']}"
+    print(f"{args.config}: OK (site {config.site}, source {config.source.type}, sinks {sinks}, "
+          f"{when} {sched.timezone}, clock {sched.clock})")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from monitor.compose import build_agent
+    from monitor.config import load_config
+    from monitor.metrics import Metrics
+
+    config = load_config(args.config)
+    if args.log_level is None:
+        logging.getLogger().setLevel(config.log_level)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    agent = build_agent(config, Metrics())
+    agent.run_forever(stop)
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from monitor.demo import run_demo
+
+    return run_demo(args.state_dir, report=not args.no_report)
+
+
+COMMANDS = {"demo": cmd_demo, "run": cmd_run, "inspect": cmd_inspect,
+            "backfill": cmd_backfill, "check-config": cmd_check_config}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    default = "WARNING" if args.command in ("inspect", "backfill", "check-config") else "INFO"
+    _setup_logging(args.log_level or default)
+    from connectors.base import ConnectorError
+    from monitor.config import ConfigError
+
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (BadInput, ConnectorError) as exc:
+        print(f"mmdwatch {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

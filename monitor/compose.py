@@ -1,0 +1,102 @@
+"""The composition root: the ONLY place that turns a config into objects.
+
+Everything else receives what it needs as arguments (no globals, no singletons), so tests
+and the CLI's one-shot commands build just the parts they use.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from connectors import registry
+from connectors.base import Sink, StreamSource, WindowSource
+from monitor.config import MonitorConfig
+from monitor.inspection import EngineSettings, Inspector, Outcome
+from monitor.metrics import Metrics
+from monitor.windows import WindowSpec
+
+log = logging.getLogger(__name__)
+
+
+def build_inspector(config: MonitorConfig) -> Inspector:
+    e = config.engine
+    engine = EngineSettings(method=e.method, alpha=e.alpha, seed=e.seed, device=e.device,
+                            block_rows=config.block_rows,
+                            params=tuple(sorted(e.params.items())))
+    return Inspector(config.site, WindowSpec.from_config(config.windows), engine,
+                     config.inspection_settings())
+
+
+def build_source(config: MonitorConfig) -> StreamSource | WindowSource:
+    cls = registry.source_class(config.source.type)
+    return cls(config.source)
+
+
+def build_sinks(config: MonitorConfig) -> list[Sink]:
+    return [registry.sink_class(c.type)(c) for c in config.sinks]
+
+
+def build_reporter(report_dir: Path, sensors_file: Path | None = None,
+                   links_file: Path | None = None) -> Any:
+    """A callable that writes one inspection's report folder (monitor.report, imported on
+    first use). Failures are the caller's to log."""
+
+    def report(outcome: Outcome) -> Path:
+        from monitor.report import write_inspection_report
+
+        w = outcome.windows
+        return write_inspection_report(
+            outcome.result, report_dir,
+            before_raw=None if w is None else w.before_raw,
+            after_raw=None if w is None else w.after_raw,
+            before=None if w is None else w.before,
+            after=None if w is None else w.after,
+            sensors_file=sensors_file, links_file=links_file)
+
+    return report
+
+
+def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
+    """Source, store, ledger/outbox, inspector, schedule, sinks -> a ready (unstarted) Agent."""
+    from monitor.agent import Agent
+    from monitor.delivery import Dispatcher
+    from monitor.schedule import InspectionPlan
+    from monitor.state import AgentState
+    from monitor.store import ReadingStore
+
+    metrics = metrics or Metrics()
+    state_dir = Path(config.state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    source = build_source(config)
+    store = None
+    if isinstance(source, StreamSource):
+        store = ReadingStore(state_dir / "readings.sqlite", metrics)
+    elif not isinstance(source, WindowSource):
+        raise TypeError(f"source {config.source.type!r} is neither a stream nor a window "
+                        "source")
+    else:
+        metrics.set_source_connected(None)
+    state = AgentState(state_dir / "state.sqlite")
+    dispatcher = Dispatcher(build_sinks(config), state, metrics,
+                            retry_initial=config.outbox.retry_initial,
+                            retry_max=config.outbox.retry_max)
+    reporter = None
+    if config.report_dir is not None:
+        reporter = build_reporter(Path(config.report_dir), config.sensors_file,
+                                  config.links_file)
+    closers: list[Any] = [state.close]
+    if store is not None:
+        closers.append(store.close)
+    if isinstance(source, WindowSource):
+        closers.append(source.close)
+    services: list[Any] = []
+    if config.health.port is not None:
+        from monitor.health import HealthServer
+
+        services.append(HealthServer.for_metrics(metrics, config.health))
+    return Agent(source=source, store=store, state=state, inspector=build_inspector(config),
+                 plan=InspectionPlan.from_config(config.schedule), dispatcher=dispatcher,
+                 metrics=metrics, clock=config.schedule.clock, poll=config.schedule.poll,
+                 start=config.schedule.start, retention=config.retention, reporter=reporter,
+                 closers=closers, services=services)

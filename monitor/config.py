@@ -1,0 +1,401 @@
+"""The agent's YAML config: load, expand ``${ENV}``, validate, and explain every problem.
+
+Core sections are pydantic models with ``extra="forbid"``; the ``source`` and each
+``sinks[]`` section are validated by the connector class's own ``Config`` model, looked
+up by ``type`` in :mod:`connectors.registry`, so a new connector needs no change here.
+
+Relative paths are relative to the working directory the agent is started from.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from monitor.health import HealthConfig  # the health section belongs to the endpoint
+from monitor.timeutil import format_duration, parse_duration, parse_time
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+Instant = Annotated[datetime, BeforeValidator(parse_time)]
+
+METHODS = ("cv-aggregation", "model-selection", "mmd-baseline", "regression-baseline")
+
+
+class ConfigError(Exception):
+    """The config is unusable; ``problems`` lists each one as "key: what is wrong. Fix"."""
+
+    def __init__(self, problems: list[str], source: str = "config") -> None:
+        self.problems = problems
+        self.source = source
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s):\n{lines}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class WindowsConfig(_Section):
+    before: Duration = Field(timedelta(days=7), description="length B of the before window")
+    after: Duration = Field(timedelta(days=7), description="length A of the after window")
+    resample: Duration = Field(timedelta(hours=1), description="bin width, aligned to window start")
+    aggregate: Literal["mean", "median", "min", "max", "first", "last"] = "mean"
+    normalise: Literal["before", "first", "zscore", "none"] = "before"
+    min_coverage: float = Field(0.5, gt=0.0, le=1.0,
+                                description="least share of bins with data, per sensor and window")
+    min_sensors: int = Field(2, ge=2, description="fewer usable sensors -> status error")
+
+    @model_validator(mode="after")
+    def _bins_fit(self) -> WindowsConfig:
+        for name in ("before", "after"):
+            length = getattr(self, name)
+            if length <= timedelta(0) or self.resample <= timedelta(0):
+                raise ValueError(f"windows.{name} and windows.resample must be positive")
+            if (length / self.resample) != int(length / self.resample):
+                raise ValueError(
+                    f"windows.{name} ({format_duration(length)}) is not a whole number of "
+                    f"windows.resample ({format_duration(self.resample)}); pick lengths that "
+                    "divide evenly, e.g. before: 7d with resample: 1h"
+                )
+            if length / self.resample < 4:
+                raise ValueError(
+                    f"windows.{name} holds fewer than 4 bins of windows.resample; "
+                    "lengthen the window or shorten resample"
+                )
+        return self
+
+
+class ScheduleConfig(_Section):
+    cron: str | None = Field(None, description='crontab "min hour dom mon dow"')
+    every: Duration | None = Field(None, description="fixed interval instead of cron")
+    timezone: str = "UTC"
+    clock: Literal["wall", "data"] = "wall"
+    start: Instant | None = Field(None, description="earliest inspection time")
+    poll: Duration = Field(timedelta(seconds=5), description="how often due work is checked")
+
+    @field_validator("cron")
+    @classmethod
+    def _crontab(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as exc:
+            raise ValueError(
+                f"{value!r} is not a crontab expression ({exc}); write 5 fields "
+                '"minute hour day month weekday", e.g. "0 0 * * *"') from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; use an IANA name such as UTC or Europe/Paris"
+            ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_trigger(self) -> ScheduleConfig:
+        if self.cron and self.every:
+            raise ValueError("give either schedule.cron or schedule.every, not both")
+        if not self.cron and not self.every:
+            self.cron = "0 0 * * *"
+        if self.every is not None and self.every <= timedelta(0):
+            raise ValueError("schedule.every must be positive, e.g. every: 1d")
+        return self
+
+
+class EngineConfig(_Section):
+    method: Literal[METHODS] = "cv-aggregation"  # type: ignore[valid-type]
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    seed: int = 0
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$")
+    block_size: Duration | None = Field(
+        timedelta(days=1),
+        description="rows that move together in splits and permutations; null = iid rows",
+    )
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="extra keyword arguments for the selector")
+
+
+class StoreConfig(_Section):
+    retention: Duration | None = Field(
+        None, description="readings kept behind the newest; default before + after + 1d"
+    )
+
+
+class OutboxConfig(_Section):
+    retry_initial: Duration = timedelta(seconds=1)
+    retry_max: Duration = timedelta(minutes=5)
+
+
+class MonitorConfig(_Section):
+    site: str = "default"
+    state_dir: Path = Path("./state")
+    source: Any = None
+    sinks: list[Any] = Field(default_factory=lambda: [{"type": "console"}])
+    windows: WindowsConfig = Field(default_factory=WindowsConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    outbox: OutboxConfig = Field(default_factory=OutboxConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    report_dir: Path | None = None
+    sensors_file: Path | None = None
+    links_file: Path | None = None
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @field_validator("site")
+    @classmethod
+    def _site_id(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"{value!r} may only hold letters, digits, '_', '.' and '-' (it "
+                             "becomes part of MQTT topics and file names); e.g. l-town")
+        return value
+
+    @model_validator(mode="after")
+    def _block_fits(self) -> MonitorConfig:
+        block = self.engine.block_size
+        if block is not None:
+            rows = block / self.windows.resample
+            if rows != int(rows) or rows < 1:
+                raise ValueError(
+                    f"engine.block_size ({format_duration(block)}) is not a whole number of "
+                    f"windows.resample ({format_duration(self.windows.resample)}); use e.g. "
+                    "block_size: 1d with resample: 1h, or block_size: null"
+                )
+        return self
+
+    # -- derived values ---------------------------------------------------------------------
+    @property
+    def block_rows(self) -> int | None:
+        """``engine.block_size`` in resampled rows (24 for 1d at 1h), None for iid rows."""
+        block = self.engine.block_size
+        return None if block is None else int(block / self.windows.resample)
+
+    @property
+    def retention(self) -> timedelta:
+        w = self.windows
+        return self.store.retention or (w.before + w.after + timedelta(days=1))
+
+    def inspection_settings(self) -> dict[str, Any]:
+        """What determines an inspection's result (hashed into its fingerprint)."""
+        return {
+            "windows": self.windows.model_dump(mode="json"),
+            "engine": self.engine.model_dump(mode="json"),
+        }
+
+
+# ------------------------------------------------------------------------------------------
+# ${ENV} expansion
+# ------------------------------------------------------------------------------------------
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+@dataclass
+class _Expansion:
+    unset_whole: dict[str, str] = field(default_factory=dict)  # key path -> var
+    problems: list[str] = field(default_factory=list)
+
+
+def expand_env(node: Any, env: dict[str, str], path: str = "", out: _Expansion | None = None
+               ) -> Any:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string. A value that is exactly
+    ``${VAR}`` with VAR unset becomes null (so optional secrets may be left unset); an unset
+    variable inside a longer string is a problem."""
+    out = out if out is not None else _Expansion()
+    if isinstance(node, dict):
+        return {k: expand_env(v, env, f"{path}.{k}" if path else str(k), out)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [expand_env(v, env, f"{path}[{i}]", out) for i, v in enumerate(node)]
+    if not isinstance(node, str) or "${" not in node:
+        return node
+    whole = _ENV.fullmatch(node)
+    if whole and whole.group(1) not in env and whole.group(2) is None:
+        out.unset_whole[path] = whole.group(1)
+        return None
+
+    def sub(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        out.problems.append(
+            f"{path}: environment variable {name} is not set; export it or write "
+            f"${{{name}:-default}}"
+        )
+        return ""
+
+    return _ENV.sub(sub, node)
+
+
+# ------------------------------------------------------------------------------------------
+# Error formatting
+# ------------------------------------------------------------------------------------------
+def _loc(prefix: str, loc: tuple[Any, ...]) -> str:
+    text = prefix
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text = f"{text}.{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the (sub)model that owns ``loc[:-1]``."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        info = getattr(current, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        current = annotation if isinstance(annotation, type) else None
+        if current is None or not issubclass(current, BaseModel):
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def _describe(model: type[BaseModel], exc: ValidationError, prefix: str,
+              unset: dict[str, str]) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        key = _loc(prefix, err["loc"])
+        if err["type"] == "extra_forbidden":
+            name = str(err["loc"][-1])
+            known = _known_fields(model, err["loc"])
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                f"known keys here: {', '.join(known)}" if known else "remove it")
+            problems.append(f"{key}: unknown key; {hint}")
+            continue
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        if err["type"] == "missing":
+            msg = "required key is missing; add it"
+        if err["type"] == "literal_error":
+            msg = f"{msg} (got {err.get('input')!r})"
+        var = unset.get(key)
+        if var:
+            msg += f" (it came from ${{{var}}}, which is not set: export {var})"
+        problems.append(f"{key}: {msg}")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------
+def _validate_connector(kind: str, section: Any, key: str, unset: dict[str, str]
+                        ) -> tuple[BaseModel | None, list[str]]:
+    from connectors import registry
+    from connectors.base import ConnectorError
+
+    if not isinstance(section, dict):
+        return None, [f"{key}: must be a mapping with a 'type' key, e.g. {{type: console}}"]
+    type_ = section.get("type")
+    if not type_:
+        table = registry.SOURCES if kind == "source" else registry.SINKS
+        return None, [f"{key}.type: required; use one of: {', '.join(sorted(table))}"]
+    try:
+        cls = registry.source_class(type_) if kind == "source" else registry.sink_class(type_)
+    except ConnectorError as exc:
+        return None, [f"{key}.type: {exc}"]
+    except ImportError as exc:
+        return None, [f"{key}.type: {type_!r} connector cannot be loaded ({exc}); "
+                      "install its dependencies or pick another type"]
+    try:
+        return cls.Config.model_validate(section), []
+    except ValidationError as exc:
+        return None, _describe(cls.Config, exc, key, unset)
+
+
+def validate_config(raw: Any, *, env: dict[str, str] | None = None, origin: str = "config",
+                    require_source: bool = True) -> MonitorConfig:
+    """Validate a parsed YAML mapping; raise :class:`ConfigError` listing every problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(["(top level): must be a mapping of keys such as site, source, sinks"],
+                          origin)
+    expansion = _Expansion()
+    data = expand_env(raw, dict(os.environ if env is None else env), out=expansion)
+    problems = list(expansion.problems)
+
+    config: MonitorConfig | None = None
+    try:
+        config = MonitorConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += _describe(MonitorConfig, exc, "", expansion.unset_whole)
+
+    source_model = None
+    if data.get("source") is None:
+        if require_source:
+            problems.append("source: required; add e.g. source: {type: file, path: data.csv.gz}")
+    else:
+        source_model, errs = _validate_connector("source", data["source"], "source",
+                                                 expansion.unset_whole)
+        problems += errs
+    sink_models = []
+    sinks = data.get("sinks", [{"type": "console"}])
+    if not isinstance(sinks, list):
+        problems.append("sinks: must be a list, e.g. sinks: [{type: console}]")
+        sinks = []
+    for i, section in enumerate(sinks):
+        model, errs = _validate_connector("sink", section, f"sinks[{i}]", expansion.unset_whole)
+        problems += errs
+        sink_models.append(model)
+    if problems or config is None:
+        raise ConfigError(problems, origin)
+    return config.model_copy(update={"source": source_model, "sinks": sink_models})
+
+
+def load_config(path: str | Path, *, env: dict[str, str] | None = None,
+                require_source: bool = True) -> MonitorConfig:
+    """Read and validate a YAML config file; raise :class:`ConfigError` listing problems."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([f"cannot read {path}: {exc.strerror}; check the path"], str(path)
+                          ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"not valid YAML{where}: {getattr(exc, 'problem', exc)}; fix the "
+                           "syntax (indentation, colons, quotes)"], str(path)) from None
+    return validate_config(raw, env=env, origin=str(path), require_source=require_source)

@@ -1,0 +1,201 @@
+"""One inspection: windows -> engine selector -> the result JSON of DESIGN.md.
+
+An inspection is a pure job ``(site, inspection_time, settings)`` that reads its windows
+through a function it is given, so it runs the same in the daemon, in ``inspect``, in a
+backfill, or (later) on a distributed worker.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from monitor.timeutil import format_duration, iso
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "mmdwatch.inspection/v1"
+SELECTORS = {
+    "cv-aggregation": "CVAggregation",
+    "model-selection": "ModelSelection",
+    "mmd-baseline": "MMDBaseline",
+    "regression-baseline": "RegressionBaseline",
+}
+#: read_window(start, end) -> long frame with columns time (UTC), sensor, value
+ReadWindow = Callable[[Any, Any], Any]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mmdwatch")
+    except Exception:  # not installed (running from a source tree)
+        return "0.1.0"
+
+
+def fingerprint(site: str, inspection_time: datetime, settings: dict[str, Any]) -> str:
+    """Stable id of one inspection: the same site, time and settings give the same value."""
+    payload = json.dumps({"site": site, "inspection_time": iso(inspection_time),
+                          "settings": settings}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    method: str = "cv-aggregation"
+    alpha: float = 0.05
+    seed: int = 0
+    device: str = "auto"
+    block_rows: int | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def make_selector(self) -> Any:
+        """The engine selector for these settings (imports torch: call it lazily)."""
+        import engine
+
+        cls = getattr(engine, SELECTORS[self.method])
+        return cls(seed=self.seed, device=self.device, alpha=self.alpha,
+                   block_size=self.block_rows, **dict(self.params))
+
+
+@dataclass
+class Outcome:
+    """A result dict plus the frames reports draw from (None when the windows failed)."""
+
+    result: dict[str, Any]
+    windows: Any = None
+
+
+def _f(value: Any, digits: int = 6) -> float | None:
+    value = float(value)
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _short_time(t: datetime) -> str:
+    return iso(t)[:16] + "Z"
+
+
+def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
+              p_value: float | None, error: str | None = None) -> str:
+    when = _short_time(t)
+    p = "n/a" if p_value is None else f"{p_value:.3g}"
+    if status == "error":
+        return f"Inspection at {when} failed: {error}"
+    if status == "firing":
+        names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
+                                           if len(selected) > 8 else "")
+        return (f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} "
+                f"(p={p})")
+    if selected and p_value is not None:
+        return f"No significant change at {when} across {n_sensors} sensors (p={p})"
+    return f"No change at {when} across {n_sensors} sensors (p={p})"
+
+
+class Inspector:
+    """Runs inspections for one site with fixed window and engine settings."""
+
+    def __init__(self, site: str, spec: Any, engine: EngineSettings,
+                 settings: dict[str, Any]) -> None:
+        self.site = site
+        self.spec = spec  # monitor.windows.WindowSpec
+        self.engine = engine
+        self.settings = settings  # hashed into fingerprints
+
+    def fingerprint(self, t: datetime) -> str:
+        return fingerprint(self.site, t, self.settings)
+
+    def _base(self, t: datetime) -> dict[str, Any]:
+        start, _, end = self.spec.bounds(t)
+        spec = self.spec
+        return {
+            "schema": SCHEMA,
+            "fingerprint": self.fingerprint(t),
+            "site": self.site,
+            "status": "error",
+            "inspection_time": iso(t),
+            "windows": {
+                "before": {"start": iso(start), "end": iso(t), "n": 0},
+                "after": {"start": iso(t), "end": iso(end), "n": 0},
+                "resample": format_duration(spec.resample),
+                "aggregate": spec.aggregate,
+                "normalise": spec.normalise,
+            },
+            "test": {"method": self.engine.method, "p_value": None, "alpha": self.engine.alpha,
+                     "seed": self.engine.seed},
+            "sensors": [],
+            "selected_sensors": [],
+            "summary": "",
+            "data_quality": {"missing_fraction": None, "dropped_sensors": []},
+            "generator": {"name": "mmdwatch", "version": _version(), "device": None,
+                          "runtime_s": 0.0},
+            "engine": None,
+        }
+
+    def run(self, t: datetime, read_window: ReadWindow) -> Outcome:
+        """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``."""
+        from monitor.windows import WindowError, build_windows
+
+        started = time.perf_counter()
+        result = self._base(t)
+        windows = None
+        try:
+            start, t_utc, end = self.spec.bounds(t)
+            readings = read_window(start, end)
+            windows = build_windows(readings, t_utc, self.spec)
+            self._fill(result, windows)
+        except WindowError as exc:
+            self._fail(result, str(exc))
+        except Exception as exc:
+            if type(exc).__module__.startswith("engine"):
+                self._fail(result, f"engine: {exc}")
+            else:
+                log.exception("inspection at %s failed unexpectedly", iso(t))
+                self._fail(result, f"{type(exc).__name__}: {exc}")
+        if windows is not None:
+            result["data_quality"].update(windows.data_quality)
+            result["windows"]["before"]["n"] = len(windows.before)
+            result["windows"]["after"]["n"] = len(windows.after)
+        result["generator"]["runtime_s"] = round(time.perf_counter() - started, 3)
+        n = len(result["sensors"]) or result["data_quality"].get("sensors_used") or 0
+        result["summary"] = summarise(result["status"], t, n, result["selected_sensors"],
+                                      result["test"]["p_value"], result.get("error"))
+        return Outcome(result, windows)
+
+    @staticmethod
+    def _fail(result: dict[str, Any], message: str) -> None:
+        result["status"] = "error"
+        result["error"] = message
+
+    def _fill(self, result: dict[str, Any], w: Any) -> None:
+        selector = self.engine.make_selector()
+        sel = selector.fit(w.before, w.after)
+        labels = [str(x) for x in sel.labels]
+        scores = [float(s) for s in sel.scores]
+        selected = [str(s) for s in sel.selected]
+        chosen = set(selected)
+        order = sorted(range(len(labels)),
+                       key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
+                                      labels[i]))
+        mb, ma = w.before.mean(), w.after.mean()
+        rb, ra = w.before_raw.mean(), w.after_raw.mean()
+        result["sensors"] = [
+            {"sensor_id": labels[i], "rank": r + 1, "score": _f(scores[i]),
+             "selected": labels[i] in chosen,
+             "mean_before": _f(mb[labels[i]]), "mean_after": _f(ma[labels[i]]),
+             "raw_mean_before": _f(rb[labels[i]]), "raw_mean_after": _f(ra[labels[i]])}
+            for r, i in enumerate(order)]
+        # selected sensors listed by rank
+        result["selected_sensors"] = [s["sensor_id"] for s in result["sensors"] if s["selected"]]
+        p = float(sel.p_value)
+        result["test"]["p_value"] = _f(p, 8)
+        significant = math.isfinite(p) and p < self.engine.alpha
+        result["status"] = "firing" if significant and selected else "ok"
+        result["generator"]["device"] = str(sel.device)
+        result["engine"] = sel.to_dict()

@@ -1,0 +1,176 @@
+"""Durable agent state in ``state_dir/state.sqlite``: the inspection ledger and the outbox.
+
+Both live in one SQLite file so that recording an inspection as done and putting its
+result in the outbox is ONE transaction: after a crash either both happened (the result
+is delivered from the outbox, the inspection is not repeated) or neither (the inspection
+runs again and produces the same fingerprint).
+
+* ledger: ``meta`` (the schedule anchor) and ``done`` (one row per finished inspection
+  time, with its fingerprint and status).
+* outbox: one row per result not yet confirmed by every sink, with the set of sinks that
+  did confirm it. A row leaves only when every configured sink confirmed.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS done (
+    inspection_time REAL PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    status TEXT NOT NULL,
+    finished_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    fingerprint TEXT PRIMARY KEY,
+    inspection_time REAL NOT NULL,
+    created_at REAL NOT NULL,
+    result TEXT NOT NULL,
+    delivered TEXT NOT NULL DEFAULT '[]'
+);
+"""
+
+
+class StateError(Exception):
+    """The state database cannot be opened or written; names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    fingerprint: str
+    inspection_time: float
+    result: dict[str, Any]
+    delivered: frozenset[str]
+
+
+class AgentState:
+    """Ledger + outbox over one SQLite connection (serialised by a lock)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False,
+                                         isolation_level=None, timeout=30.0)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")  # results must survive power loss
+            self._conn.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open agent state {self.path}: {exc}; make state_dir "
+                             "writable by this user or point state_dir elsewhere") from None
+        self._lock = threading.RLock()
+
+    def _tx(self, fn: Any) -> Any:
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                out = fn(self._conn)
+                self._conn.execute("COMMIT")
+                return out
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise StateError(f"agent state {self.path}: {exc}; check free disk space "
+                                 "and permissions") from None
+
+    # -- ledger -------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._tx(lambda c: c.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value", (key, value)))
+
+    def is_done(self, t: float) -> bool:
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM done WHERE inspection_time = ?",
+                                      (t,)).fetchone() is not None
+
+    def last_done(self) -> float | None:
+        with self._lock:
+            return self._conn.execute("SELECT MAX(inspection_time) FROM done").fetchone()[0]
+
+    def done_times(self) -> list[float]:
+        with self._lock:
+            return [r[0] for r in self._conn.execute(
+                "SELECT inspection_time FROM done ORDER BY inspection_time")]
+
+    def commit_inspection(self, t: float, result: dict[str, Any]) -> None:
+        """Mark inspection ``t`` done and queue its result, atomically. Idempotent: a result
+        already queued (same fingerprint) keeps its delivery state."""
+        fp = result["fingerprint"]
+        payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
+        now = time.time()
+
+        def write(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO outbox(fingerprint, inspection_time, created_at, result) "
+                      "VALUES (?, ?, ?, ?) ON CONFLICT(fingerprint) DO NOTHING",
+                      (fp, t, now, payload))
+            c.execute("INSERT INTO done(inspection_time, fingerprint, status, finished_at) "
+                      "VALUES (?, ?, ?, ?) ON CONFLICT(inspection_time) DO NOTHING",
+                      (t, fp, result.get("status", "?"), now))
+
+        self._tx(write)
+
+    # -- outbox -------------------------------------------------------------------------------
+    def pending(self, sink: str | None = None, limit: int = 100) -> list[OutboxEntry]:
+        """Queued results, oldest inspection first; with ``sink``, only those it has not
+        confirmed."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT fingerprint, inspection_time, result, delivered FROM outbox "
+                "ORDER BY inspection_time, created_at").fetchall()
+        out = []
+        for fp, t, result, delivered in rows:
+            got = frozenset(json.loads(delivered))
+            if sink is not None and sink in got:
+                continue
+            out.append(OutboxEntry(fp, t, json.loads(result), got))
+            if len(out) >= limit:
+                break
+        return out
+
+    def outbox_size(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+
+    def confirm(self, fp: str, sink: str, all_sinks: frozenset[str]) -> bool:
+        """Record that ``sink`` delivered ``fp``; drop the entry once every sink in
+        ``all_sinks`` has. Returns True when the entry left the outbox."""
+
+        def write(c: sqlite3.Connection) -> bool:
+            row = c.execute("SELECT delivered FROM outbox WHERE fingerprint = ?",
+                            (fp,)).fetchone()
+            if row is None:
+                return True
+            got = set(json.loads(row[0])) | {sink}
+            if all_sinks <= got:
+                c.execute("DELETE FROM outbox WHERE fingerprint = ?", (fp,))
+                return True
+            c.execute("UPDATE outbox SET delivered = ? WHERE fingerprint = ?",
+                      (json.dumps(sorted(got)), fp))
+            return False
+
+        return self._tx(write)
+
+    def forget_sinks_except(self, sinks: frozenset[str]) -> None:
+        """Drop entries every current sink already confirmed (a sink was removed from the
+        config since they were queued)."""
+        for entry in self.pending(limit=1_000_000):
+            if sinks <= entry.delivered:
+                self._tx(lambda c, fp=entry.fingerprint: c.execute(
+                    "DELETE FROM outbox WHERE fingerprint = ?", (fp,)))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,214 @@
+"""The agent's reading store: embedded SQLite in WAL mode under ``state_dir``.
+
+Readings are keyed by (sensor, time): a duplicate overwrites its twin (idempotent, and a
+corrected value wins), out-of-order readings are simply inserted. Memory stays bounded
+whatever the stream length: rows live on disk, SQLite's page cache is capped, and
+:meth:`ReadingStore.prune` drops what no window needs any more.
+
+One writer connection (behind a lock) takes batches from source threads; each reading
+thread gets its own connection, which WAL lets run alongside the writer.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from connectors.base import Reading
+from monitor.metrics import Metrics
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sensors (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS readings (
+    sensor_id INTEGER NOT NULL,
+    time REAL NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (sensor_id, time)
+) WITHOUT ROWID;
+"""
+# Readings further ahead of the wall clock than this are rejected: one bogus future
+# timestamp would otherwise push the data clock past every pending inspection.
+MAX_FUTURE_S = 86400.0
+
+
+class StoreError(Exception):
+    """The store cannot be opened or written; the message names the path and the fix."""
+
+
+class ReadingStore:
+    """Readings on disk, queried by time window."""
+
+    def __init__(self, path: Path, metrics: Metrics | None = None, *,
+                 cache_kib: int = 16384) -> None:
+        self.path = Path(path)
+        self._metrics = metrics or Metrics()
+        self._cache_kib = cache_kib
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._writer = self._connect()
+            self._writer.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(
+                f"cannot open the reading store {self.path}: {exc}; make state_dir "
+                "writable by this user or point state_dir elsewhere") from None
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._sensor_ids: dict[str, int] = dict(
+            (name, id_) for id_, name in self._writer.execute("SELECT id, name FROM sensors"))
+        self._watermark: float | None = self._query_watermark(self._writer)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                               timeout=30.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
+        conn.execute(f"PRAGMA cache_size=-{self._cache_kib}")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    # -- writing ------------------------------------------------------------------------------
+    def add(self, readings: Iterable[Reading]) -> int:
+        """Commit a batch (one transaction); return how many were accepted.
+
+        Non-finite values and times too far in the future are rejected and counted in the
+        metrics by reason; the rest are committed before this returns.
+        """
+        horizon = time.time() + MAX_FUTURE_S
+        rows: list[tuple[int, float, float]] = []
+        pending: dict[str, int] = {}  # unseen sensor -> negative placeholder id
+        bad_value = bad_time = 0
+        ids = self._sensor_ids
+        for r in readings:
+            t, v = r.time, r.value
+            if not (isinstance(v, float | int) and math.isfinite(v)):
+                bad_value += 1
+                continue
+            if not math.isfinite(t) or t > horizon:
+                bad_time += 1
+                continue
+            sid = ids.get(r.sensor)
+            if sid is None:
+                sid = pending.setdefault(r.sensor, -1 - len(pending))
+            rows.append((sid, float(t), float(v)))
+        if bad_value:
+            self._metrics.rejected("non_finite_value", bad_value)
+        if bad_time:
+            self._metrics.rejected("time_out_of_range", bad_time)
+        if not rows:
+            return 0
+        with self._write_lock:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                fresh: dict[int, int] = {}
+                for name, placeholder in pending.items():
+                    cur = self._writer.execute(
+                        "INSERT INTO sensors(name) VALUES (?) "
+                        "ON CONFLICT(name) DO UPDATE SET name=excluded.name RETURNING id",
+                        (name,))
+                    fresh[placeholder] = cur.fetchone()[0]
+                if fresh:
+                    rows = [(fresh[s] if s < 0 else s, t, v) for s, t, v in rows]
+                self._writer.executemany(
+                    "INSERT INTO readings(sensor_id, time, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT(sensor_id, time) DO UPDATE SET value=excluded.value", rows)
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                raise StoreError(f"could not commit {len(rows)} readings to {self.path}: "
+                                 f"{exc}; check free disk space and permissions") from None
+            for name, placeholder in pending.items():
+                ids[name] = fresh[placeholder]
+            newest = max(t for _, t, _ in rows)
+            if self._watermark is None or newest > self._watermark:
+                self._watermark = newest
+        self._metrics.readings(len(rows))
+        return len(rows)
+
+    def prune(self, before: float) -> int:
+        """Delete readings older than ``before`` (epoch s); return how many went."""
+        removed = 0
+        with self._write_lock:
+            self._writer.execute("BEGIN IMMEDIATE")
+            for sid in self._sensor_ids.values():  # range deletes on the (sensor, time) key
+                removed += self._writer.execute(
+                    "DELETE FROM readings WHERE sensor_id = ? AND time < ?", (sid, before)
+                ).rowcount
+            self._writer.execute("COMMIT")
+        if removed:
+            log.debug("pruned %d readings older than %s", removed, before)
+        return removed
+
+    # -- reading ------------------------------------------------------------------------------
+    def watermark(self) -> float | None:
+        """Time (epoch s) of the newest reading, None when empty."""
+        return self._watermark
+
+    @staticmethod
+    def _query_watermark(conn: sqlite3.Connection) -> float | None:
+        # One index probe per sensor rather than a scan of every reading.
+        row = conn.execute(
+            "SELECT MAX((SELECT MAX(time) FROM readings r WHERE r.sensor_id = s.id)) "
+            "FROM sensors s").fetchone()
+        return row[0] if row else None
+
+    def first_time(self) -> float | None:
+        """Time (epoch s) of the oldest reading kept, None when empty."""
+        row = self._reader().execute(
+            "SELECT MIN((SELECT MIN(time) FROM readings r WHERE r.sensor_id = s.id)) "
+            "FROM sensors s").fetchone()
+        return row[0] if row else None
+
+    def sensors(self) -> list[str]:
+        return sorted(self._sensor_ids)
+
+    def count(self) -> int:
+        return self._reader().execute("SELECT COUNT(*) FROM readings").fetchone()[0]
+
+    def fetch(self, start: float, end: float, sensors: Sequence[str] | None = None
+              ) -> list[tuple[str, float, float]]:
+        """``(sensor, time, value)`` rows with ``start <= time < end``."""
+        conn = self._reader()
+        names = dict((id_, name) for id_, name in conn.execute("SELECT id, name FROM sensors"))
+        wanted = [i for i, n in names.items() if sensors is None or n in set(sensors)]
+        out: list[tuple[str, float, float]] = []
+        for sid in wanted:  # per-sensor range scans on the (sensor, time) key
+            name = names[sid]
+            out.extend((name, t, v) for t, v in conn.execute(
+                "SELECT time, value FROM readings WHERE sensor_id = ? AND time >= ? "
+                "AND time < ? ORDER BY time", (sid, start, end)))
+        return out
+
+    def read_window(self, start: datetime | pd.Timestamp, end: datetime | pd.Timestamp
+                    ) -> pd.DataFrame:
+        """Long frame ``time`` (UTC), ``sensor``, ``value`` for ``[start, end)``."""
+        import pandas as pd
+
+        rows = self.fetch(start.timestamp(), end.timestamp())
+        frame = pd.DataFrame(rows, columns=["sensor", "time", "value"])
+        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+        return frame[["time", "sensor", "value"]]
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._writer.close()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()

@@ -1,0 +1,217 @@
+"""Before/after windows for one inspection time: bin, aggregate, check coverage, fill, normalise.
+
+For inspection time t, before = [t - B, t) and after = [t, t + A). Readings are binned into
+``resample``-wide bins counted from each window's start (so any t gives whole bins), then
+aggregated. Sensors without enough data in either window are dropped and listed; short
+gaps inside a window are interpolated within that window only.
+
+Normalisation (``normalise``):
+
+* ``before`` (default): both windows divided by the sensor's before-window mean. A common
+  reference keeps a level shift that starts at or right after t visible, and makes sensors
+  of different magnitudes comparable.
+* ``first``: each window divided by its own first value (the paper's). It erases a shift
+  already present at the after window's start; kept for comparison with the paper.
+* ``zscore``: (x - before mean) / before sd.
+* ``none``: raw aggregates.
+
+A reference that is zero or missing is never divided by: that sensor stays unscaled (or,
+for zscore with sd 0, only centred), and the note says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+Normalise = Literal["before", "first", "zscore", "none"]
+
+
+class WindowError(Exception):
+    """Too little data for an inspection; the message says what is missing and what to do."""
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    before: timedelta = timedelta(days=7)
+    after: timedelta = timedelta(days=7)
+    resample: timedelta = timedelta(hours=1)
+    aggregate: str = "mean"
+    normalise: Normalise = "before"
+    min_coverage: float = 0.5
+    min_sensors: int = 2
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> WindowSpec:
+        return cls(before=cfg.before, after=cfg.after, resample=cfg.resample,
+                   aggregate=cfg.aggregate, normalise=cfg.normalise,
+                   min_coverage=cfg.min_coverage, min_sensors=cfg.min_sensors)
+
+    def bounds(self, t: pd.Timestamp) -> tuple[pd.Timestamp, pd.Timestamp, pd.Timestamp]:
+        """(before start, t, after end)."""
+        t = to_utc(t)
+        return t - pd.Timedelta(self.before), t, t + pd.Timedelta(self.after)
+
+
+@dataclass
+class Windows:
+    """Hourly (resampled) frames, DatetimeIndex UTC, one column per kept sensor."""
+
+    t: pd.Timestamp
+    spec: WindowSpec
+    before_raw: pd.DataFrame
+    after_raw: pd.DataFrame
+    before: pd.DataFrame
+    after: pd.DataFrame
+    data_quality: dict[str, Any] = field(default_factory=dict)
+
+
+def to_utc(value: Any) -> pd.Timestamp:
+    stamp = pd.Timestamp(value)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+
+
+def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
+                    period: timedelta, aggregate: str = "mean") -> pd.DataFrame:
+    """Aggregate long readings (``time``, ``sensor``, ``value``) in ``[start, end)`` into
+    bins of ``period`` counted from ``start``.
+
+    Returns a wide frame: index = every bin start (``(end - start) / period`` rows, empty
+    bins NaN), columns = sensors seen in the window, sorted.
+    """
+    step = pd.Timedelta(period)
+    n_bins = int((end - start) / step)
+    index = pd.date_range(start, periods=n_bins, freq=step, name="time")
+    if readings.empty:
+        return pd.DataFrame(index=index, dtype=float)
+    times = readings["time"]
+    inside = (times >= start) & (times < end)
+    part = readings.loc[inside, ["time", "sensor", "value"]]
+    part = part[np.isfinite(part["value"].to_numpy(dtype=float))]
+    if part.empty:
+        return pd.DataFrame(index=index, dtype=float)
+    bins = ((part["time"] - start) // step).to_numpy(dtype=np.int64)
+    if aggregate in ("first", "last"):
+        part = part.assign(_bin=bins).sort_values("time", kind="stable")
+    else:
+        part = part.assign(_bin=bins)
+    grouped = part.groupby(["_bin", "sensor"], sort=False)["value"]
+    agg = getattr(grouped, aggregate)()
+    wide = agg.unstack("sensor").reindex(range(n_bins))
+    wide.index = index
+    wide.columns = wide.columns.astype(str)
+    wide.columns.name = None
+    return wide.sort_index(axis=1).astype(float)
+
+
+def _fill(frame: pd.DataFrame) -> pd.DataFrame:
+    """Interpolate gaps inside one window, carrying edge values outward."""
+    return frame.interpolate(method="linear", limit_direction="both", axis=0)
+
+
+def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
+              ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """Scale both windows; return (before, after, {sensor: why it was not scaled})."""
+    notes: dict[str, str] = {}
+    if how == "none":
+        return before.copy(), after.copy(), notes
+
+    def usable(ref: pd.Series) -> pd.Series:
+        return ref.notna() & np.isfinite(ref) & (ref != 0)
+
+    if how == "before":
+        ref = before.mean().abs()  # |mean| keeps the direction of a change readable
+        ok = usable(ref)
+        for s in ref.index[~ok]:
+            notes[s] = "before-window mean is zero or missing; left unscaled"
+        scale = ref.where(ok, 1.0)
+        return before / scale, after / scale, notes
+    if how == "first":
+        out = []
+        for name, frame in (("before", before), ("after", after)):
+            first = frame.apply(lambda c: c.dropna().iloc[0] if c.notna().any() else np.nan)
+            first = first.abs()
+            ok = usable(first)
+            for s in first.index[~ok]:
+                notes[s] = f"first {name}-window value is zero or missing; left unscaled"
+            out.append(frame / first.where(ok, 1.0))
+        return out[0], out[1], notes
+    if how == "zscore":
+        mu = before.mean()
+        sd = before.std(ddof=1)
+        mu_ok = mu.notna() & np.isfinite(mu)
+        sd_ok = usable(sd)
+        for s in sd.index[~sd_ok]:
+            notes[s] = "before-window sd is zero or missing; centred only"
+        mu = mu.where(mu_ok, 0.0)
+        sd = sd.where(sd_ok, 1.0)
+        return (before - mu) / sd, (after - mu) / sd, notes
+    raise ValueError(f"unknown normalise {how!r}; use before, first, zscore or none")
+
+
+def build_windows(readings: pd.DataFrame, t: Any, spec: WindowSpec) -> Windows:
+    """Readings (long: ``time`` UTC, ``sensor``, ``value``) -> the two windows for ``t``.
+
+    Raises :class:`WindowError` when fewer than ``spec.min_sensors`` sensors have enough
+    data in both windows.
+    """
+    start, t, end = spec.bounds(t)
+    if not readings.empty and readings["time"].dt.tz is None:
+        readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
+    before = resample_window(readings, start, t, spec.resample, spec.aggregate)
+    after = resample_window(readings, t, end, spec.resample, spec.aggregate)
+    sensors = sorted(set(before.columns) | set(after.columns))
+    before = before.reindex(columns=sensors)
+    after = after.reindex(columns=sensors)
+
+    cover_b = before.notna().mean() if sensors else pd.Series(dtype=float)
+    cover_a = after.notna().mean() if sensors else pd.Series(dtype=float)
+    dropped: list[str] = []
+    reasons: dict[str, str] = {}
+    for s in sensors:
+        low = [(w, c) for w, c in (("before", cover_b[s]), ("after", cover_a[s]))
+               if c < spec.min_coverage]
+        if low:
+            dropped.append(s)
+            reasons[s] = "; ".join(
+                f"{w} window has data in {c:.0%} of bins (needs {spec.min_coverage:.0%})"
+                for w, c in low)
+    kept = [s for s in sensors if s not in reasons]
+    before, after = before[kept], after[kept]
+    cells = before.size + after.size
+    missing = float((before.isna().sum().sum() + after.isna().sum().sum()) / cells) \
+        if cells else 1.0
+    quality: dict[str, Any] = {
+        "missing_fraction": round(missing, 6),
+        "dropped_sensors": dropped,
+        "dropped_reasons": reasons,
+        "sensors_seen": len(sensors),
+        "sensors_used": len(kept),
+        "unscaled_sensors": {},
+    }
+    if len(kept) < spec.min_sensors:
+        if not sensors:
+            why = (f"no readings between {start.isoformat()} and {end.isoformat()}; "
+                   "check the inspection time against the data's time range")
+        else:
+            why = (f"only {len(kept)} of {len(sensors)} sensors have data in at least "
+                   f"{spec.min_coverage:.0%} of the bins of both windows (need "
+                   f"{spec.min_sensors}); wait for more data, or lower "
+                   "windows.min_coverage")
+        raise WindowError(why)
+
+    before_raw, after_raw = _fill(before), _fill(after)
+    before_n, after_n, notes = normalise(before_raw, after_raw, spec.normalise)
+    quality["unscaled_sensors"] = notes
+    return Windows(t=t, spec=spec, before_raw=before_raw, after_raw=after_raw,
+                   before=before_n, after=after_n, data_quality=quality)
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON-safe float."""
+    value = float(value)
+    return value if math.isfinite(value) else None
