@@ -1,0 +1,250 @@
+"""False alarms on streams that did not change: how often does an inspection fire?
+
+Every inspection runs the product's own pipeline on a simulated network that never
+changes (:mod:`bench.null_streams`: daily cycles, weekly pattern, day-to-day demand
+variation, cross-sensor correlation, AR(1) noise): 5-minute readings -> the monitor's
+windows (7 d before / 7 d after, hourly means, ``normalise: before``) -> the engine
+selector -> ``firing`` exactly when ``p_value < alpha`` and a sensor is selected (DESIGN.md).
+
+A calibrated pipeline fires in at most ``alpha`` of them, up to sampling error. The table
+compares engine ``block_size`` settings: ``none`` (rows exchangeable, a plain permutation
+test: "before") and ``1d`` (whole days move together in splits and permutations: the
+product default, "after").
+
+    python -m bench.false_alarms                     # 100 inspections x {none, 1d}
+    python -m bench.false_alarms --inspections 200 --blocks 1d --method cv-aggregation
+
+Writes ``bench/results/false_alarms.csv`` (one row per inspection and setting) and
+``bench/results/false_alarms.md`` (rates with exact 95 % intervals). Rows are appended as
+they finish, so an interrupted run resumes where it stopped (same arguments).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.null_streams import NullNetwork, inspection_plan
+
+log = logging.getLogger("bench.false_alarms")
+RESULTS = Path(__file__).resolve().parent / "results"
+FIELDS = ["blocks", "method", "inspection", "network_seed", "stream_seed", "inspection_time",
+          "p_value", "n_selected", "firing", "runtime_s", "params"]
+STEP = pd.Timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One engine configuration under test."""
+
+    blocks: str  # "none" or a duration such as "1d", "12h"
+    method: str
+    params: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def block_rows(self) -> int | None:
+        if self.blocks == "none":
+            return None
+        rows = pd.Timedelta(self.blocks) / STEP
+        if rows != int(rows) or rows < 1:
+            raise ValueError(f"--blocks {self.blocks!r} is not a whole number of hours")
+        return int(rows)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.blocks, self.method, _params_text(self.params)
+
+
+def _params_text(params: tuple[tuple[str, object], ...]) -> str:
+    return ";".join(f"{k}={v}" for k, v in params)
+
+
+def selector_class(method: str) -> type:
+    import engine
+
+    names = {"cv-aggregation": "CVAggregation", "model-selection": "ModelSelection",
+             "mmd-baseline": "MMDBaseline", "regression-baseline": "RegressionBaseline"}
+    return getattr(engine, names[method])
+
+
+def null_windows(network_seed: int, stream_seed: int, t: pd.Timestamp, n_sensors: int
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The monitor's default windows for inspection time ``t`` on one null stream."""
+    from monitor.windows import WindowSpec, build_windows
+
+    spec = WindowSpec()
+    net = NullNetwork(n_sensors=n_sensors, seed=network_seed)
+    start = t - pd.Timedelta(spec.before)
+    days = (spec.before + spec.after) / pd.Timedelta(days=1)
+    readings = NullNetwork.to_long(net.simulate(start, days, stream_seed=stream_seed))
+    windows = build_windows(readings, t, spec)
+    return windows.before, windows.after
+
+
+def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd.Timestamp,
+            n_sensors: int, alpha: float) -> dict:
+    before, after = null_windows(network_seed, stream_seed, t, n_sensors)
+    cls = selector_class(setting.method)
+    t0 = time.perf_counter()
+    selection = cls(seed=i, alpha=alpha, block_size=setting.block_rows, device="cpu",
+                    **dict(setting.params)).fit(before, after)
+    runtime = time.perf_counter() - t0
+    p = float(selection.p_value)
+    firing = bool(p < alpha and len(selection.selected) > 0)
+    return {"blocks": setting.blocks, "method": setting.method, "inspection": i,
+            "network_seed": network_seed, "stream_seed": stream_seed,
+            "inspection_time": t.isoformat(), "p_value": p,
+            "n_selected": len(selection.selected), "firing": int(firing),
+            "runtime_s": round(runtime, 3), "params": _params_text(setting.params)}
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval for k successes in n trials."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
+
+
+def exceeds_alpha_p(k: int, n: int, alpha: float) -> float:
+    """One-sided binomial p-value of "the firing rate is above alpha" (small = miscalibrated)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(k - 1, n, alpha))
+
+
+def summarise(rows: list[dict], alpha: float) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    out = []
+    for (blocks, method, params), g in frame.groupby(["blocks", "method", "params"], sort=False):
+        k, n = int(g["firing"].sum()), len(g)
+        lo, hi = clopper_pearson(k, n)
+        out.append({
+            "method": method, "block_size": blocks, "params": params or "defaults",
+            "inspections": n, "firing": k, "firing_rate": k / n, "ci95_low": lo, "ci95_high": hi,
+            "p_rate_above_alpha": exceeds_alpha_p(k, n, alpha),
+            "p_value_below_alpha": float((g["p_value"] < alpha).mean()),
+            "median_p": float(g["p_value"].median()),
+            "median_runtime_s": float(g["runtime_s"].median()),
+        })
+    return pd.DataFrame(out)
+
+
+def to_markdown(summary: pd.DataFrame, alpha: float, command: str) -> str:
+    lines = [
+        "# False alarms on unchanged streams",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Null network (`bench/null_streams.py`): 33 sensors, 5-minute readings, daily cycle, "
+        "weekly pattern, day-to-day demand variation, cross-sensor correlation, AR(1) noise, "
+        "no change. Default windows (7 d / 7 d, hourly means, normalise: before). "
+        f"Firing = p < alpha = {alpha} and a sensor selected. Interval: exact 95 % "
+        "(Clopper-Pearson). `P(rate>alpha)`: one-sided binomial p-value against alpha "
+        "(small = more alarms than alpha allows).",
+        "",
+        "| method | block_size | params | inspections | firing | rate | 95 % CI | "
+        "P(rate>alpha) | share p<alpha | median p | median s/fit |",
+        "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in summary.itertuples():
+        lines.append(
+            f"| {r.method} | {r.block_size} | {r.params} | {r.inspections} | {r.firing} | "
+            f"{r.firing_rate:.3f} | [{r.ci95_low:.3f}, {r.ci95_high:.3f}] | "
+            f"{r.p_rate_above_alpha:.3g} | {r.p_value_below_alpha:.3f} | {r.median_p:.3f} | "
+            f"{r.median_runtime_s:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _parse_params(items: list[str]) -> tuple[tuple[str, object], ...]:
+    out = []
+    for item in items:
+        key, _, raw = item.partition("=")
+        try:
+            value: object = int(raw)
+        except ValueError:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = raw
+        out.append((key, value))
+    return tuple(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inspections", type=int, default=100)
+    ap.add_argument("--blocks", nargs="+", default=["none", "1d"],
+                    help="engine block_size settings: none, 1d, 12h, ...")
+    ap.add_argument("--method", default="cv-aggregation")
+    ap.add_argument("--param", action="append", default=[],
+                    help="extra selector keyword, e.g. --param n_permutations=199")
+    ap.add_argument("--sensors", type=int, default=33)
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--networks", type=int, default=10, help="distinct simulated networks")
+    ap.add_argument("--name", default="false_alarms", help="output file stem")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(1)  # a benchmark on a shared 2-core box: one core
+    except ImportError:  # pragma: no cover
+        pass
+
+    params = _parse_params(args.param)
+    settings = [Setting(b, args.method, params) for b in args.blocks]
+    args.out.mkdir(parents=True, exist_ok=True)
+    csv_path = args.out / f"{args.name}.csv"
+    rows: list[dict] = []
+    if csv_path.exists():
+        with csv_path.open() as fh:
+            rows = list(csv.DictReader(fh))
+        for r in rows:
+            r["firing"], r["inspection"] = int(r["firing"]), int(r["inspection"])
+            r["p_value"], r["runtime_s"] = float(r["p_value"]), float(r["runtime_s"])
+            r["params"] = r.get("params") or ""
+    done = {(r["blocks"], r["method"], r["params"], r["inspection"]) for r in rows}
+    plan = inspection_plan(args.inspections)
+    new_file = not csv_path.exists()
+    with csv_path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+        for i, (stream_seed, t) in enumerate(plan):
+            for setting in settings:
+                if (*setting.key, i) in done:
+                    continue
+                row = run_one(setting, i, i % args.networks, stream_seed, t, args.sensors,
+                              args.alpha)
+                writer.writerow(row)
+                fh.flush()
+                rows.append(row)
+                log.info("%s blocks=%s #%d p=%.4f firing=%d (%.1fs)", setting.method,
+                         setting.blocks, i, row["p_value"], row["firing"], row["runtime_s"])
+    wanted = {s.key for s in settings}
+    rows = [r for r in rows if (r["blocks"], r["method"], r["params"]) in wanted
+            and r["inspection"] < args.inspections]
+    summary = summarise(rows, args.alpha)
+    command = "python -m bench.false_alarms " + " ".join(argv if argv is not None else sys.argv[1:])
+    md = to_markdown(summary, args.alpha, command.strip())
+    (args.out / f"{args.name}.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
