@@ -131,14 +131,17 @@ def _profiles(folder: Path, view: InspectionView, before_raw: Any, after_raw: An
                    "after frames; `mmdwatch inspect --report` does)")]
     available = set().union(*(set(map(str, f.columns)) for f in frames))
     ranked = [s for s in view.sensor_ids if s in available]
+    caption = _PROFILE_CAPTION
     if not ranked:  # an error result has no ranking: show the sensors the data hold
         ranked = sorted(available)
+        caption = ("The inspection produced no ranking, so these are the first sensors by id, "
+                   "to show the data it had. " + _PROFILE_CAPTION)
     records = []
     for k, sensor in enumerate(ranked[:TOP_PROFILES], start=1):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sensor)
         records.append(_render(
             folder, f"profile_{k}", f"Before/after profile of sensor {sensor}",
-            _PROFILE_CAPTION,
+            caption,
             lambda s=sensor: figs.profile(view, s, before_raw=before_raw, after_raw=after_raw,
                                           before=before, after=after),
             file=f"profile_{k}_{safe}.png"))
