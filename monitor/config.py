@@ -398,4 +398,11 @@ def load_config(path: str | Path, *, env: dict[str, str] | None = None,
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([f"not valid YAML{where}: {getattr(exc, 'problem', exc)}; fix the "
                            "syntax (indentation, colons, quotes)"], str(path)) from None
+    from monitor.security import exposed_secret_warning
+
+    warning = exposed_secret_warning(path, raw)
+    if warning:  # a leaked password is worth a warning, not a refusal to start
+        import logging
+
+        logging.getLogger(__name__).warning("%s", warning)
     return validate_config(raw, env=env, origin=str(path), require_source=require_source)
