@@ -92,6 +92,8 @@ def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timesta
     inside = (times >= start) & (times < end)
     part = readings.loc[inside, ["time", "sensor", "value"]]
     part = part[np.isfinite(part["value"].to_numpy(dtype=float))]
+    # one reading per (sensor, time), the last one given wins, as in the store
+    part = part.drop_duplicates(["sensor", "time"], keep="last")
     if part.empty:
         return pd.DataFrame(index=index, dtype=float)
     bins = ((part["time"] - start) // step).to_numpy(dtype=np.int64)
@@ -137,7 +139,8 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
             first = first.abs()
             ok = usable(first)
             for s in first.index[~ok]:
-                notes[s] = f"first {name}-window value is zero or missing; left unscaled"
+                note = f"first {name}-window value is zero or missing; left unscaled"
+                notes[s] = f"{notes[s]}; {note}" if s in notes else note
             out.append(frame / first.where(ok, 1.0))
         return out[0], out[1], notes
     if how == "zscore":

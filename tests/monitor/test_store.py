@@ -1,0 +1,55 @@
+"""The SQLite reading store: idempotent duplicates, out-of-order input, watermark,
+rejections, retention."""
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from connectors.base import Reading
+from monitor.metrics import Metrics
+from monitor.store import ReadingStore
+
+T0 = datetime(2019, 3, 4, tzinfo=UTC).timestamp()
+
+
+def test_duplicates_are_idempotent_and_out_of_order_is_fine(tmp_path):
+    metrics = Metrics()
+    store = ReadingStore(tmp_path / "r.sqlite", metrics)
+    batch = [Reading("a", T0 + 600 * k, float(k)) for k in range(10)]
+    store.add(list(reversed(batch)))
+    store.add(batch[:3])  # redelivered
+    store.add([Reading("a", T0 + 600 * 2, 99.0)])  # a correction wins
+    rows = store.fetch(T0, T0 + 6000)
+    assert [t for _, t, _ in rows] == [T0 + 600 * k for k in range(10)]
+    assert rows[2][2] == 99.0
+    assert store.count() == 10
+    assert store.watermark() == T0 + 5400
+    assert store.first_time() == T0
+    assert metrics.snapshot()["readings_accepted"] == 14
+
+
+def test_bad_readings_are_rejected_with_a_reason(tmp_path):
+    metrics = Metrics()
+    store = ReadingStore(tmp_path / "r.sqlite", metrics)
+    accepted = store.add([Reading("a", T0, math.nan), Reading("a", T0, math.inf),
+                          Reading("a", 4e10, 1.0), Reading("b", T0, 1.0)])
+    assert accepted == 1
+    assert metrics.snapshot()["readings_rejected"] == {"non_finite_value": 2,
+                                                      "time_out_of_range": 1}
+
+
+def test_store_survives_reopening_and_prunes_old_readings(tmp_path):
+    path = tmp_path / "r.sqlite"
+    store = ReadingStore(path)
+    store.add([Reading(s, T0 + 3600 * k, 1.0) for s in ("a", "b") for k in range(48)])
+    store.close()
+    store = ReadingStore(path)
+    assert store.watermark() == T0 + 3600 * 47
+    assert store.sensors() == ["a", "b"]
+    assert store.prune(T0 + 3600 * 24) == 48
+    assert store.count() == 48 and store.first_time() == T0 + 3600 * 24
+    frame = store.read_window(datetime.fromtimestamp(T0 + 3600 * 24, UTC),
+                              datetime.fromtimestamp(T0 + 3600 * 26, UTC))
+    assert len(frame) == 4 and str(frame["time"].dt.tz) == "UTC"
+    store.add([Reading("c", T0 + 3600 * 30, 2.0)])  # new sensor after reopening
+    assert store.sensors() == ["a", "b", "c"]

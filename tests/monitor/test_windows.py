@@ -1,0 +1,181 @@
+"""Windows on hand-built series: exact bin means, normalisation, gaps, duplicates,
+out-of-order input, UTC handling, zero references."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor.windows import WindowError, WindowSpec, build_windows, normalise, resample_window
+
+T = pd.Timestamp("2024-03-10T00:00:00Z")  # US DST starts that day: irrelevant in UTC
+SPEC = WindowSpec(before=timedelta(hours=6), after=timedelta(hours=6),
+                  resample=timedelta(hours=1), normalise="none", min_coverage=0.5)
+
+
+def readings(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["time", "sensor", "value"])
+    frame["time"] = pd.to_datetime(frame["time"], utc=True)
+    return frame
+
+
+def grid(sensor: str, start: pd.Timestamp, hours: int, step_min: int, f) -> list:
+    out = []
+    for k in range(hours * 60 // step_min):
+        t = start + pd.Timedelta(minutes=k * step_min)
+        out.append((t.isoformat(), sensor, f(t)))
+    return out
+
+
+def minute_value(t: pd.Timestamp) -> float:
+    return float(t.hour * 100 + t.minute)
+
+
+def test_hourly_means_are_exact_and_bins_start_at_window_start():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 10, minute_value) + grid("b", start, 12, 10, lambda t: 5.0)
+    w = build_windows(readings(rows), T, SPEC)
+    assert list(w.before.index) == list(pd.date_range(start, periods=6, freq="1h"))
+    assert list(w.after.index) == list(pd.date_range(T, periods=6, freq="1h"))
+    assert str(w.before.index.tz) == "UTC"
+    # values at minutes 0..50 of hour h: mean = 100 h + 25
+    assert w.before["a"].tolist() == [100 * h + 25.0 for h in range(18, 24)]
+    assert w.after["a"].tolist() == [100 * h + 25.0 for h in range(0, 6)]
+    assert w.data_quality["missing_fraction"] == 0.0
+    assert w.data_quality["dropped_sensors"] == []
+
+
+def test_bins_are_counted_from_an_off_hour_inspection_time():
+    t = T + pd.Timedelta(minutes=15)
+    start = t - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 5, minute_value) + grid("b", start, 12, 5, lambda _: 1.0)
+    w = build_windows(readings(rows), t, SPEC)
+    assert w.after.index[0] == t
+    # first after bin covers 00:15..01:10 -> values 15..55 and 100..110
+    expected = np.mean([15, 20, 25, 30, 35, 40, 45, 50, 55, 100, 105, 110])
+    assert w.after["a"].iloc[0] == pytest.approx(expected)
+
+
+def test_naive_and_offset_times_are_utc():
+    # the same instants written three ways give the same windows
+    start = T - pd.Timedelta(hours=6)
+    base = grid("a", start, 12, 30, minute_value) + grid("b", start, 12, 30, lambda _: 2.0)
+    frame = readings(base)
+    shifted = frame.assign(time=frame["time"].dt.tz_convert("America/New_York"))
+    w1 = build_windows(frame, T, SPEC)
+    w2 = build_windows(shifted, T, SPEC)
+    w3 = build_windows(frame, "2024-03-10T00:00:00", SPEC)  # naive = UTC
+    pd.testing.assert_frame_equal(w1.before, w2.before)
+    pd.testing.assert_frame_equal(w1.after, w3.after)
+
+
+def test_duplicates_and_out_of_order_readings():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 15, minute_value) + grid("b", start, 12, 15, lambda _: 3.0)
+    clean = build_windows(readings(rows), T, SPEC)
+    rng = np.random.default_rng(0)
+    shuffled = [rows[i] for i in rng.permutation(len(rows))]
+    # a repeated reading changes nothing; a corrected one (given later) replaces it
+    dupes = [(t, s, v) for t, s, v in rows[:5]]
+    w = build_windows(readings(shuffled + dupes), T, SPEC)
+    pd.testing.assert_frame_equal(clean.before, w.before)
+    pd.testing.assert_frame_equal(clean.after, w.after)
+    corrected = [(rows[0][0], "a", 0.0)]
+    w = build_windows(readings(rows + corrected), T, SPEC)
+    assert w.before["a"].iloc[0] == pytest.approx((0 + 1815 + 1830 + 1845) / 4)
+
+
+def test_gaps_are_interpolated_inside_a_window_and_reported():
+    start = T - pd.Timedelta(hours=6)
+    rows = [r for r in grid("a", start, 12, 60, lambda t: float(t.hour))
+            if pd.Timestamp(r[0]).hour not in (20, 21)]  # two empty bins in the before window
+    rows += grid("b", start, 12, 60, lambda _: 1.0)
+    w = build_windows(readings(rows), T, SPEC)
+    assert w.before["a"].tolist() == [18.0, 19.0, 20.0, 21.0, 22.0, 23.0]  # linear fill
+    assert w.data_quality["missing_fraction"] == pytest.approx(2 / 24, abs=1e-6)
+    # the after window is not used to fill the before window's edge
+    rows = [r for r in grid("a", start, 12, 60, lambda t: float(t.hour))
+            if pd.Timestamp(r[0]).hour != 23] + grid("b", start, 12, 60, lambda _: 1.0)
+    w = build_windows(readings(rows), T, SPEC)
+    assert w.before["a"].iloc[-1] == 22.0
+
+
+def test_sensor_with_too_little_data_is_dropped_and_listed():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 30, minute_value) + grid("b", start, 12, 30, lambda _: 1.0)
+    rows += grid("c", start, 12, 30, lambda _: 2.0)
+    rows += grid("late", T, 6, 30, lambda _: 1.0)  # only in the after window
+    rows += [r for r in grid("sparse", start, 12, 60, lambda _: 1.0)
+             if pd.Timestamp(r[0]).hour in (18, 0)]
+    w = build_windows(readings(rows), T, SPEC)
+    assert list(w.before.columns) == ["a", "b", "c"]
+    assert w.data_quality["dropped_sensors"] == ["late", "sparse"]
+    assert "before window has data in 0%" in w.data_quality["dropped_reasons"]["late"]
+
+
+def test_too_little_data_left_is_a_window_error():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 30, minute_value) + grid("late", T, 6, 30, lambda _: 1.0)
+    with pytest.raises(WindowError, match="only 1 of 2 sensors"):
+        build_windows(readings(rows), T, SPEC)
+    with pytest.raises(WindowError, match="no readings"):
+        build_windows(readings([]), T, SPEC)
+
+
+def test_normalise_before_divides_both_windows_by_the_before_mean():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 6, 60, lambda _: 10.0) + grid("a", T, 6, 60, lambda _: 9.0)
+    rows += grid("b", start, 12, 60, lambda _: -4.0)
+    w = build_windows(readings(rows), T, WindowSpec(**{**SPEC.__dict__, "normalise": "before"}))
+    assert w.before["a"].tolist() == [1.0] * 6
+    assert w.after["a"].tolist() == [0.9] * 6  # the level shift survives
+    assert w.before["b"].tolist() == [-1.0] * 6  # |mean| keeps the sign readable
+    assert w.before_raw["a"].tolist() == [10.0] * 6
+
+
+def test_normalise_first_erases_a_shift_already_present_at_the_after_start():
+    before = pd.DataFrame({"a": [10.0, 10.0, 10.0]})
+    after = pd.DataFrame({"a": [9.0, 9.0, 9.0]})
+    b, a, notes = normalise(before, after, "first")
+    assert b["a"].tolist() == [1.0] * 3 and a["a"].tolist() == [1.0] * 3
+    assert notes == {}
+
+
+def test_zero_first_value_and_zero_mean_are_not_divided_by():
+    before = pd.DataFrame({"z": [0.0, 1.0, 2.0], "c": [0.0, 0.0, 0.0], "ok": [2.0, 2.0, 2.0]})
+    after = pd.DataFrame({"z": [0.0, 3.0, 3.0], "c": [0.0, 0.0, 0.0], "ok": [4.0, 4.0, 4.0]})
+    b, a, notes = normalise(before, after, "first")
+    assert np.isfinite(b.to_numpy()).all() and np.isfinite(a.to_numpy()).all()
+    assert b["z"].tolist() == [0.0, 1.0, 2.0]  # left unscaled
+    assert "first before-window value is zero" in notes["z"]
+    assert a["ok"].tolist() == [1.0] * 3
+    b, a, notes = normalise(before, after, "before")
+    assert "before-window mean is zero" in notes["c"]
+    assert a["c"].tolist() == [0.0] * 3 and a["z"].tolist() == [0.0, 3.0, 3.0]
+    b, a, notes = normalise(before, after, "zscore")
+    assert "sd is zero" in notes["c"] and "sd is zero" in notes["ok"]
+    assert a["ok"].tolist() == [2.0] * 3  # centred only
+    assert b["z"].tolist() == [-1.0, 0.0, 1.0]
+
+
+def test_zero_reference_is_reported_in_data_quality():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 60, lambda t: 0.0 if t < T else 1.0)
+    rows += grid("b", start, 12, 60, lambda _: 1.0)
+    w = build_windows(readings(rows), T, WindowSpec(**{**SPEC.__dict__, "normalise": "before"}))
+    assert "a" in w.data_quality["unscaled_sensors"]
+    assert w.after["a"].tolist() == [1.0] * 6
+
+
+def test_aggregate_and_period_are_configurable():
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 10, minute_value) + grid("b", start, 12, 10, lambda _: 1.0)
+    spec = WindowSpec(before=timedelta(hours=6), after=timedelta(hours=6),
+                      resample=timedelta(hours=2), aggregate="max", normalise="none")
+    w = build_windows(readings(rows), T, spec)
+    assert len(w.before) == 3
+    assert w.before["a"].tolist() == [1950.0, 2150.0, 2350.0]
+    last = resample_window(readings(rows), start, T, timedelta(hours=1), "last")
+    assert last["a"].iloc[0] == 1850.0
