@@ -143,6 +143,7 @@ def _window_reader(config: Any) -> Any:
 
     source = build_source(config)
     if isinstance(source, WindowSource):
+        source.watermark()  # fail fast (exit 2) on a missing or unreadable source
         resample = format_duration(config.windows.resample)
         return lambda s, e: source.read_window(s, e, resample=resample,
                                                aggregate=config.windows.aggregate)

@@ -52,7 +52,7 @@ def simulate(scenario: Scenario = Scenario()) -> tuple[pd.DataFrame, dict[str, A
     daily = (0.55 + 0.35 * np.exp(-0.5 * ((hour - 7.5) / 1.5) ** 2)
              + 0.30 * np.exp(-0.5 * ((hour - 19.0) / 2.0) ** 2)
              - 0.25 * np.exp(-0.5 * ((hour - 3.0) / 2.0) ** 2))
-    weekend = np.where(times.dayofweek.to_numpy() >= 5, 0.92, 1.0)
+    weekend = np.where(times.day_of_week.to_numpy() >= 5, 0.92, 1.0)
     day_index = ((times - times[0]) // pd.Timedelta(days=1)).to_numpy()
     day_factor = 1.0 + _ar1(rng, scenario.days + 1, 0.6, 0.03)[day_index, 0]
     zone_of = rng.integers(0, scenario.zones, size=d)

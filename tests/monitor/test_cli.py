@@ -1,0 +1,108 @@
+"""The ``mmdwatch`` CLI on real data: L-Town dev set (leak) and a stream with no change."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.simulate import Scenario, simulate, write_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+LTOWN = ROOT.parent / "shared" / "data" / "ltown-leak-dev"
+if not LTOWN.exists():
+    LTOWN = Path("/work/shared/data/ltown-leak-dev")
+
+
+def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout)
+
+
+def test_help_does_not_import_heavy_modules():
+    code = ("import sys\nfrom monitor.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'pandas', 'ot', 'sklearn', 'matplotlib', "
+            "'apscheduler') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert out.returncode == 0
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    for command in ("demo", "run", "inspect", "backfill", "check-config"):
+        assert command in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LTOWN.exists(), reason="shared L-Town data not present")
+def test_inspect_ltown_fires_on_the_leak_sensors():
+    truth = json.loads((LTOWN / "ground_truth.json").read_text())
+    at = truth["inspection_time"].replace(" ", "T")
+    out = mmdwatch("inspect", "--data", str(LTOWN / "pressures.csv.gz"), "--at", at)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1  # stdout carries exactly one result
+    result = json.loads(lines[0])
+    assert result["schema"] == "mmdwatch.inspection/v1"
+    assert result["status"] == "firing", result["summary"]
+    top3 = [s["sensor_id"] for s in result["sensors"][:3]]
+    leak_top = truth["sensors_by_leak_effect"][:5]
+    assert set(top3) & set(leak_top), (top3, leak_top)
+    assert result["windows"]["before"]["n"] == 168 and result["windows"]["after"]["n"] == 168
+    assert len(result["sensors"]) == 30 and result["data_quality"]["dropped_sensors"] == []
+    assert [s["rank"] for s in result["sensors"]] == list(range(1, 31))
+    assert result["test"]["p_value"] < result["test"]["alpha"]
+    for key in ("lambdas", "scores_per_lambda", "threshold"):
+        assert key in result["engine"]
+    assert result["fingerprint"] and result["generator"]["runtime_s"] > 0
+
+
+@pytest.mark.slow
+def test_inspect_is_ok_on_a_stream_without_change(tmp_path):
+    frame, _ = simulate(Scenario(change_at=None, seed=11))
+    path = tmp_path / "calm.csv.gz"
+    write_csv(frame, path)
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-13T00:00:00")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == "ok", result["summary"]
+    assert len(result["sensors"]) == 16
+
+
+@pytest.mark.slow
+def test_backfill_writes_json_lines_and_progress(tmp_path):
+    frame, truth = simulate(Scenario(n_sensors=8))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    out_file = tmp_path / "out.jsonl"
+    out = mmdwatch("backfill", "--data", str(path), "--start", "2026-01-12",
+                   "--end", "2026-01-14", "--every", "1d", "--method", "mmd-baseline",
+                   "--out", str(out_file))
+    assert out.returncode == 0, out.stderr
+    results = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert [r["inspection_time"] for r in results] == [
+        "2026-01-12T00:00:00Z", "2026-01-13T00:00:00Z", "2026-01-14T00:00:00Z"]
+    assert "backfill" in out.stderr  # the progress bar and the closing count
+    assert len({r["fingerprint"] for r in results}) == 3
+
+
+def test_bad_input_exits_2(tmp_path):
+    missing = mmdwatch("inspect", "--data", str(tmp_path / "nope.csv"), "--at", "2019-03-11")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    bad_time = mmdwatch("inspect", "--data", str(tmp_path / "x.csv"), "--at", "yesterday")
+    assert bad_time.returncode == 2 and "ISO 8601" in bad_time.stderr
+    no_source = mmdwatch("inspect", "--at", "2019-03-11")
+    assert no_source.returncode == 2
+
+
+def test_an_inspection_with_too_little_data_is_status_error(tmp_path):
+    frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
+    path = tmp_path / "short.csv"
+    write_csv(frame, path)
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-06T00:00:00")
+    assert out.returncode == 0
+    result = json.loads(out.stdout)
+    assert result["status"] == "error"
+    assert "only 0 of 4 sensors" in result["error"]
+    assert result["summary"].startswith("Inspection at 2026-01-06T00:00Z failed")
