@@ -143,7 +143,7 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
         fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
     try:
         raw = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
-    except Exception as exc:  # pandas raises many types for unreadable files
+    except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None
     if isinstance(raw.index, pd.DatetimeIndex):
@@ -260,7 +260,7 @@ class FileSource(StreamSource, WindowSource):
                 try:
                     deliver(batch)
                     break
-                except Exception as exc:  # the store failed: keep the batch, retry
+                except Exception as exc:  # noqa: BLE001 - store failed: keep the batch, retry
                     log.error("file source: delivering %d readings failed (%s); retrying in 1 s",
                               len(batch), exc)
                     self._stop.wait(1.0)

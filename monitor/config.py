@@ -300,8 +300,7 @@ def _describe(model: type[BaseModel], exc: ValidationError, prefix: str,
             problems.append(f"{key}: unknown key; {hint}")
             continue
         msg = err["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+        msg = msg.removeprefix("Value error, ")
         if err["type"] == "missing":
             msg = "required key is missing; add it"
         if err["type"] == "literal_error":
@@ -332,8 +331,8 @@ def _validate_connector(kind: str, section: Any, key: str, unset: dict[str, str]
     except ConnectorError as exc:
         return None, [f"{key}.type: {exc}"]
     except ImportError as exc:
-        return None, [f"{key}.type: {type_!r} connector cannot be loaded ({exc}); "
-                      "install its dependencies or pick another type"]
+        return None, [(f"{key}.type: {type_!r} connector cannot be loaded ({exc}); "
+                       "install its dependencies or pick another type")]
     try:
         return cls.Config.model_validate(section), []
     except ValidationError as exc:
@@ -396,8 +395,8 @@ def load_config(path: str | Path, *, env: dict[str, str] | None = None,
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"not valid YAML{where}: {getattr(exc, 'problem', exc)}; fix the "
-                           "syntax (indentation, colons, quotes)"], str(path)) from None
+        raise ConfigError([(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}; fix the "
+                            "syntax (indentation, colons, quotes)")], str(path)) from None
     from monitor.security import exposed_secret_warning
 
     warning = exposed_secret_warning(path, raw)

@@ -58,7 +58,7 @@ class _SinkWorker:
                     return
                 try:
                     self.sink.send(entry.result)
-                except Exception as exc:  # any sink failure is retried, never fatal
+                except Exception as exc:  # noqa: BLE001 - any sink failure is retried
                     self._metrics.sink_failed(self.sink.name)
                     log.warning("sink %s: delivering %s failed: %s; retrying in %.1f s",
                                 self.sink.name, entry.fingerprint, exc, delay)

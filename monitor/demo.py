@@ -91,7 +91,7 @@ def run_demo(state_dir: Path, *, report: bool = True, out: Any = None) -> int:
                (state_dir / "results.jsonl").read_text().splitlines() if line.strip()]
     firing = [r for r in results if r["status"] == "firing"]
     detected = sorted({s for r in firing for s in r["selected_sensors"]})
-    print("", file=out)
+    print(file=out)
     print(f"{len(results)} inspections: {len(firing)} firing, "
           f"{sum(r['status'] == 'ok' for r in results)} ok, "
           f"{sum(r['status'] == 'error' for r in results)} error.", file=out)

@@ -36,7 +36,7 @@ def _version() -> str:
         from importlib.metadata import version
 
         return version("mmdwatch")
-    except Exception:  # not installed (running from a source tree)
+    except Exception:  # noqa: BLE001 - not installed (running from a source tree)
         return "0.1.0"
 
 

@@ -64,8 +64,8 @@ class ReadingStore:
                 "writable by this user or point state_dir elsewhere") from None
         self._write_lock = threading.Lock()
         self._local = threading.local()
-        self._sensor_ids: dict[str, int] = dict(
-            (name, id_) for id_, name in self._writer.execute("SELECT id, name FROM sensors"))
+        self._sensor_ids: dict[str, int] = {
+            name: id_ for id_, name in self._writer.execute("SELECT id, name FROM sensors")}
         self._watermark: float | None = self._query_watermark(self._writer)
 
     def _connect(self) -> sqlite3.Connection:
@@ -186,7 +186,7 @@ class ReadingStore:
               ) -> list[tuple[str, float, float]]:
         """``(sensor, time, value)`` rows with ``start <= time < end``."""
         conn = self._reader()
-        names = dict((id_, name) for id_, name in conn.execute("SELECT id, name FROM sensors"))
+        names = {id_: name for id_, name in conn.execute("SELECT id, name FROM sensors")}
         wanted = [i for i, n in names.items() if sensors is None or n in set(sensors)]
         out: list[tuple[str, float, float]] = []
         for sid in wanted:  # per-sensor range scans on the (sensor, time) key

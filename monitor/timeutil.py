@@ -16,12 +16,13 @@ _UNITS = {
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 
 
-def parse_duration(text: str | int | float | timedelta) -> timedelta:
+def parse_duration(text: str | float | timedelta) -> timedelta:
     """``"7d"`` -> 7 days. Units: ms, s, min (or m), h, d, w. Numbers alone are seconds."""
     if isinstance(text, timedelta):
         return text
     if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration; write e.g. 7d, 1h, 30min, 10s")
+        raise ValueError(  # noqa: TRY004 - pydantic reports ValueErrors as config problems
+f"{text!r} is not a duration; write e.g. 7d, 1h, 30min, 10s")
     try:  # OverflowError (1e300 s) is not a ValueError: validators would not catch it
         if isinstance(text, int | float):
             return timedelta(seconds=float(text))
@@ -42,7 +43,7 @@ def format_duration(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-def parse_time(text: str | datetime | float | int) -> datetime:
+def parse_time(text: str | datetime | float) -> datetime:
     """ISO 8601 (``2019-03-11T13:15:00``, ``...Z``, ``...+01:00``) or epoch seconds -> aware
     UTC datetime. Naive times are UTC."""
     if isinstance(text, datetime):

@@ -1,7 +1,6 @@
 """File source: long/wide, CSV/.gz/Parquet, roles from names or content, replay."""
 from __future__ import annotations
 
-import threading
 import time
 
 import pandas as pd
@@ -78,7 +77,7 @@ def test_window_reads_and_replay_at_speed(tmp_path):
                                 pd.Timestamp("2019-03-04T00:15Z"))
     assert len(window) == 4
     assert source.watermark() == pd.Timestamp("2019-03-04T00:25Z")
-    got, done = [], threading.Event()
+    got = []
 
     def deliver(batch):
         got.append((time.monotonic(), list(batch)))

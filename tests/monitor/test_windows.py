@@ -42,7 +42,7 @@ def test_hourly_means_are_exact_and_bins_start_at_window_start():
     assert str(w.before.index.tz) == "UTC"
     # values at minutes 0..50 of hour h: mean = 100 h + 25
     assert w.before["a"].tolist() == [100 * h + 25.0 for h in range(18, 24)]
-    assert w.after["a"].tolist() == [100 * h + 25.0 for h in range(0, 6)]
+    assert w.after["a"].tolist() == [100 * h + 25.0 for h in range(6)]
     assert w.data_quality["missing_fraction"] == 0.0
     assert w.data_quality["dropped_sensors"] == []
 
