@@ -293,13 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.log_level or default)
     from connectors.base import ConnectorError
     from monitor.config import ConfigError
+    from monitor.state import StateError
+    from monitor.store import StoreError
 
     try:
         return COMMANDS[args.command](args)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (BadInput, ConnectorError) as exc:
+    except (BadInput, ConnectorError, StoreError, StateError) as exc:
         print(f"mmdwatch {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

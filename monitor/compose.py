@@ -62,12 +62,16 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     from monitor.agent import Agent
     from monitor.delivery import Dispatcher
     from monitor.schedule import InspectionPlan
-    from monitor.state import AgentState
+    from monitor.state import AgentState, StateError
     from monitor.store import ReadingStore
 
     metrics = metrics or Metrics()
     state_dir = Path(config.state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise StateError(f"cannot create state_dir {state_dir}: {exc.strerror}; point "
+                         "state_dir at a writable folder") from None
     source = build_source(config)
     store = None
     if isinstance(source, StreamSource):
