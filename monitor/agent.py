@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from connectors.base import Reading, StreamSource, WindowSource
+from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
 from monitor.inspection import Inspector, Outcome
 from monitor.metrics import Metrics
@@ -64,6 +64,9 @@ class Agent:
         self._report_futures: list[Future[Any]] = []
         self._last_prune = 0.0
         self._started = False
+        # backoff while the source cannot be read (e.g. influxd down): see tick()
+        self._source_retry_at = 0.0
+        self._source_backoff = max(1.0, self.poll.total_seconds())
 
     # -- readings -----------------------------------------------------------------------------
     def deliver(self, batch: Sequence[Reading]) -> None:
@@ -152,6 +155,9 @@ class Agent:
         """Run every due inspection, oldest first; return how many ran."""
         if not self._tick_lock.acquire(blocking=False):
             return 0  # one already running: no overlapping runs
+        if time.monotonic() < self._source_retry_at:
+            self._tick_lock.release()
+            return 0  # the source was unreachable: wait out the backoff
         ran = 0
         try:
             health = self.source.health() if isinstance(self.source, StreamSource) else {}
@@ -163,7 +169,19 @@ class Agent:
                     break
                 self.run_inspection(pending[0])
                 ran += 1
+                self._source_backoff = max(1.0, self.poll.total_seconds())
+                if self.metrics.source_connected is False and not self._streaming:
+                    self.metrics.set_source_connected(True)
             self._maybe_prune()
+        except ConnectorError as exc:
+            # Not an inspection result: nothing is recorded, the due inspection runs once
+            # the source answers again (exponential backoff up to 5 min).
+            delay = self._source_backoff
+            self._source_retry_at = time.monotonic() + delay
+            self._source_backoff = min(delay * 2, 300.0)
+            self.metrics.set_source_connected(False)
+            log.warning("source unavailable, inspections wait (%s); retrying in %.0f s",
+                        exc, delay)
         except Exception:  # the daemon outlives any bug in one tick
             log.exception("scheduled tick failed; will retry at the next one")
         finally:

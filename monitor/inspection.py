@@ -140,6 +140,7 @@ class Inspector:
 
     def run(self, t: datetime, read_window: ReadWindow) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``."""
+        from connectors.base import ConnectorError
         from monitor.windows import WindowError, build_windows
 
         started = time.perf_counter()
@@ -152,6 +153,10 @@ class Inspector:
             self._fill(result, windows)
         except WindowError as exc:
             self._fail(result, str(exc))
+        except ConnectorError:
+            # The source could not be read (a server is down): no inspection happened, so
+            # there is no result to record. The caller retries later (Agent.tick backs off).
+            raise
         except Exception as exc:
             if type(exc).__module__.startswith("engine"):
                 self._fail(result, f"engine: {exc}")

@@ -95,3 +95,97 @@ def test_sigkill_during_delivery_no_inspection_skipped_or_duplicated(tmp_path: P
     assert sorted(influx_fps) == sorted(fps), "InfluxDB must hold every result exactly once"
     print(f"\nSIGKILL with {done_at_kill} inspections done, {pending_at_kill} undelivered; "
           f"after restart {len(expected)} inspections, each delivered once")
+
+
+# -- InfluxDB outages ---------------------------------------------------------------------------
+def test_influxd_stopped_during_sink_writes_recovers_with_backoff(tmp_path: Path,
+                                                                 influxd) -> None:
+    data = tmp_path / "network.csv"
+    h.network_csv(data, seed=5)
+    state = tmp_path / "state"
+    config = h.fast_config(state)
+    config["source"] = {"type": "file", "path": str(data), "speed": None}
+    influxd.create_database("results")
+    config["sinks"].append({"type": "influxdb", "url": influxd.url, "database": "results",
+                            "timeout_s": 2})
+
+    def in_influx() -> list[str]:
+        try:
+            rows = influxd.query("SELECT fingerprint FROM mmdwatch_inspection", db="results")
+        except Exception:  # noqa: BLE001 - influxd may be down right now
+            return []
+        return [v[1] for s in rows["results"][0].get("series", []) for v in s["values"]]
+
+    agent = h.start_agent(tmp_path, config)
+    try:
+        assert h.wait_for(lambda: len(in_influx()) >= 1, timeout=300), agent.log_text()[-3000:]
+        influxd.stop()
+        mark = len(agent.log_text())
+        assert h.wait_for(lambda: h.outbox_size(state) >= 2, timeout=300), agent.log_text()[-3000:]
+        # several failed attempts, spaced by a growing delay
+        def failures() -> list[str]:
+            return [ln for ln in agent.log_text()[mark:].splitlines()
+                    if "sink influxdb" in ln and "retrying in" in ln]
+
+        assert h.wait_for(lambda: len(failures()) >= 3, timeout=60), agent.log_text()[-3000:]
+        assert "cannot reach InfluxDB" in failures()[0]  # says what is wrong
+        delays = [float(ln.rsplit("retrying in ", 1)[1].split()[0]) for ln in failures()]
+        assert delays[:3] == sorted(delays[:3]) and delays[2] > delays[0], delays
+        influxd.start()
+        expected = len(h.FAST_TIMES)
+        assert h.wait_for(lambda: h.outbox_size(state) == 0 and len(h.done_times(state)) == expected,
+                          timeout=400), agent.log_text()[-3000:]
+    finally:
+        assert agent.stop() == 0
+    fps = in_influx()
+    jsonl = [r["fingerprint"] for r in h.jsonl_results(state / "results.jsonl")]
+    assert sorted(fps) == sorted(jsonl) and len(set(fps)) == expected
+    print(f"\nInfluxDB down: retry delays {delays[:5]} s; all {expected} results delivered once")
+
+
+def test_influxd_stopped_during_inspections_retries_instead_of_skipping(tmp_path: Path,
+                                                                       influxd) -> None:
+    """A source outage is not an inspection result: the inspection waits and runs later.
+
+    The production default ``clock: wall`` reads each window once its after-window has
+    passed, so the network is shifted to end tomorrow and the last days are due now."""
+    times, values = sc.network(seed=6)
+    midnight = int(time.time() // 86400) * 86400
+    t0 = midnight - 14 * 86400
+    influxd.create_database("scada")
+    lines = sc.influx_lines(times - sc.T0 + t0, values)
+    for i in range(0, len(lines), 20_000):
+        influxd.write_lines("scada", lines[i:i + 20_000])
+    state = tmp_path / "state"
+    config = h.fast_config(state)
+    config["schedule"].update(clock="wall", start=sc.iso(t0 + 2 * 86400))
+    config["source"] = {"type": "influxdb", "url": influxd.url, "database": "scada",
+                        "measurement": "pressure", "sensor_tag": "sensor", "field": "value",
+                        "timeout_s": 2}
+
+    def expected() -> list[float]:
+        return [float(t0 + d * 86400) for d in range(2, 15) if t0 + (d + 2) * 86400 <= time.time()]
+
+    # influxd goes away just as the inspections fall due (their windows cannot be read)
+    influxd.stop()
+    agent = h.start_agent(tmp_path, config)
+    try:
+        assert agent.wait_for_log("agent started", timeout=60), agent.log_text()[-3000:]
+        time.sleep(8)
+        during = len(h.done_times(state))
+        outage_log = agent.log_text()
+        assert during == 0, f"{during} inspections recorded as done while the source was down"
+        influxd.start()
+        assert h.wait_for(lambda: h.done_times(state) == expected()
+                          and h.outbox_size(state) == 0, timeout=400), \
+            (h.done_times(state), expected(), agent.log_text()[-3000:])
+    finally:
+        assert agent.stop() == 0
+    results = h.jsonl_results(state / "results.jsonl")
+    assert sorted(r["inspection_time"] for r in results) == [sc.iso(t) for t in expected()]
+    errors = [r for r in results if r["status"] == "error" and "InfluxDB" in r.get("error", "")]
+    assert not errors, [r.get("error") for r in errors]
+    assert "retrying" in outage_log, outage_log[-2000:]
+    retries = outage_log.count("retrying")
+    print(f"\nInfluxDB down for 8 s: {retries} logged retries, nothing recorded; all "
+          f"{len(results)} inspections ran once it was back")
