@@ -189,3 +189,136 @@ def test_influxd_stopped_during_inspections_retries_instead_of_skipping(tmp_path
     retries = outage_log.count("retrying")
     print(f"\nInfluxDB down for 8 s: {retries} logged retries, nothing recorded; all "
           f"{len(results)} inspections ran once it was back")
+
+
+# -- graceful stop ------------------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_within_bounded_time_and_loses_nothing(tmp_path: Path, mosquitto_persistent,
+                                                           sig: signal.Signals) -> None:
+    """Stop in the middle of a stream: exit 0 within 20 s, every acknowledged reading in the
+    store, and a restart picks up exactly where it stopped."""
+    broker = mosquitto_persistent
+    times, values = sc.network(seed=7)
+    messages = list(sc.mqtt_messages(times, values))
+    total = times.size * len(sc.SENSORS)
+    state = tmp_path / "state"
+    config = h.fast_config(state)
+    config["source"] = _mqtt_source(broker, client_id="mmdwatch-signals")
+    agent = h.start_agent(tmp_path, config)
+    assert agent.wait_for_log("MQTT source connected", timeout=60), agent.log_text()[-2000:]
+    publisher = h.Publisher(broker.port, messages)
+    publisher.start()
+    assert h.wait_for(lambda: h.store_count(state) >= total // 10, timeout=120)
+    t_signal = time.monotonic()
+    agent.proc.send_signal(sig)
+    try:
+        code = agent.proc.wait(timeout=20)
+    except Exception:  # noqa: BLE001 - report the log, then clean up
+        agent.proc.kill()
+        pytest.fail(f"no exit within 20 s of {sig.name}: {agent.log_text()[-3000:]}")
+    stop_s = time.monotonic() - t_signal
+    agent._log.close()
+    assert code == 0, agent.log_text()[-3000:]
+    assert f"received {sig.name}" in agent.log_text() and "stopped" in agent.log_text()
+    publisher.join(timeout=300)
+    agent = h.start_agent(tmp_path, config, name="agent2")
+    try:
+        assert h.wait_for(lambda: h.store_count(state) == total, timeout=180), \
+            f"{h.store_count(state)} of {total}; {agent.log_text()[-2000:]}"
+        # inspections resume too: every due time done once, nothing left in the outbox
+        # (a live stream's newest reading is 5 min short of day 15: the last time is day 12)
+        expected = [float(t) for t in h.FAST_TIMES[:-1]]
+        assert h.wait_for(lambda: h.done_times(state) == expected
+                          and h.outbox_size(state) == 0, timeout=400), \
+            (h.done_times(state), agent.log_text()[-3000:])
+    finally:
+        assert agent.stop() == 0
+    fps = [r["fingerprint"] for r in h.jsonl_results(state / "results.jsonl")]
+    assert len(fps) == len(set(fps)) == len(expected)
+    print(f"\n{sig.name}: exit 0 after {stop_s:.2f} s; {total:,} readings and "
+          f"{len(fps)} inspections after restart")
+
+
+def test_sigterm_during_an_inspection_finishes_or_repeats_it_once(tmp_path: Path) -> None:
+    data = tmp_path / "network.csv"
+    h.network_csv(data, seed=8)
+    state = tmp_path / "state"
+    config = h.fast_config(state)
+    config["source"] = {"type": "file", "path": str(data)}
+    config["engine"] = {"method": "cv-aggregation", "alpha": 0.05, "seed": 0, "device": "cpu",
+                        "block_size": None}  # slow enough to be caught mid-inspection
+    agent = h.start_agent(tmp_path, config)
+    assert h.wait_for(lambda: len(h.done_times(state)) >= 1, timeout=300), agent.log_text()[-3000:]
+    t_signal = time.monotonic()
+    agent.proc.send_signal(signal.SIGTERM)
+    code = agent.proc.wait(timeout=120)
+    stop_s = time.monotonic() - t_signal
+    agent._log.close()
+    assert code == 0, agent.log_text()[-3000:]
+    done_at_stop = len(h.done_times(state))
+    agent = h.start_agent(tmp_path, config, name="agent2")
+    try:
+        assert h.wait_for(lambda: h.done_times(state) == [float(t) for t in h.FAST_TIMES]
+                          and h.outbox_size(state) == 0, timeout=500), agent.log_text()[-3000:]
+    finally:
+        assert agent.stop() == 0
+    fps = [r["fingerprint"] for r in h.jsonl_results(state / "results.jsonl")]
+    assert len(fps) == len(set(fps)) == len(h.FAST_TIMES)
+    print(f"\nSIGTERM mid-run: exit 0 after {stop_s:.2f} s with {done_at_stop} inspections done; "
+          f"after restart all {len(fps)} once")
+
+
+# -- disk trouble -------------------------------------------------------------------------------
+def test_state_dir_not_writable_fails_fast_with_a_clear_error(tmp_path: Path) -> None:
+    data = tmp_path / "network.csv"
+    h.network_csv(data, seed=9)
+    with h.tmpfs(tmp_path / "ro", "1m", readonly=True) as ro:
+        config = h.fast_config(ro / "state")
+        config["source"] = {"type": "file", "path": str(data)}
+        config["sinks"] = [{"type": "console"}]
+        agent = h.start_agent(tmp_path, config)
+        t0 = time.monotonic()
+        code = agent.proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        agent._log.close()
+    text = agent.log_text()
+    assert code == 2, text[-2000:]
+    assert str(ro / "state") in text and "Traceback" not in text, text[-2000:]
+    assert "writable" in text or "Read-only" in text, text[-2000:]
+    print(f"\nread-only state_dir: exit {code} after {took:.1f} s: {text.strip().splitlines()[-1]}")
+
+
+def test_disk_full_during_ingest_keeps_running_says_so_and_loses_nothing(
+        tmp_path: Path, mosquitto_persistent) -> None:
+    broker = mosquitto_persistent
+    times, values = sc.network(seed=10)
+    messages = list(sc.mqtt_messages(times, values))
+    total = times.size * len(sc.SENSORS)
+    with h.tmpfs(tmp_path / "small", "1m") as small:
+        state = small / "state"
+        config = h.fast_config(state)
+        config["source"] = _mqtt_source(broker, client_id="mmdwatch-diskfull")
+        config["schedule"]["start"] = sc.iso(sc.T0 + 60 * 86400)  # ingest only
+        config["sinks"] = [{"type": "console"}]
+        agent = h.start_agent(tmp_path, config)
+        try:
+            assert agent.wait_for_log("MQTT source connected", timeout=60), agent.log_text()[-2000:]
+            publisher = h.Publisher(broker.port, messages)
+            publisher.start()
+            assert agent.wait_for_log("could not commit", timeout=180), agent.log_text()[-3000:]
+            kept = h.store_count(state)
+            assert 0 < kept < total
+            time.sleep(3)
+            assert agent.proc.poll() is None, "the agent died on a full disk"
+            line = next(ln for ln in agent.log_text().splitlines() if "could not commit" in ln)
+            assert "disk" in line or "full" in line, line
+            publisher.join(timeout=300)
+            assert publisher.error is None
+            h.remount(small, "64m")  # space comes back: the retries succeed
+            assert h.wait_for(lambda: h.store_count(state) == total, timeout=240), \
+                f"{h.store_count(state)} of {total}; {agent.log_text()[-2000:]}"
+        finally:
+            code = agent.stop()
+    assert code == 0
+    print(f"\ndisk full at {kept:,} readings: '{line.split(': ', 1)[-1][:160]}'; after space "
+          f"returned {total:,}/{total:,} stored")
