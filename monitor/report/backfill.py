@@ -26,7 +26,7 @@ from monitor.report import html as H
 from monitor.report import style
 from monitor.report.errors import ReportInputError, ReportWriteError
 from monitor.report.figures import Drawn
-from monitor.report.inspection import _render, _write_text
+from monitor.report.output import render_figure, write_text
 from monitor.report.view import InspectionView
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
     folder = Path(out_dir) / _folder_name(views)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_text(folder / "results.jsonl",
+        write_text(folder / "results.jsonl",
                     "".join(json.dumps(v.result, default=str) + "\n" for v in views))
     except OSError as exc:
         raise ReportWriteError(
@@ -61,17 +61,17 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
 
     timed = [v for v in views if v.inspection_time is not None]
     records = [
-        _render(folder, "score_timeline", "Where: sensor scores over time", _HEAT_CAPTION,
+        render_figure(folder, "score_timeline", "Where: sensor scores over time", _HEAT_CAPTION,
                 lambda: score_timeline(timed)),
-        _render(folder, "p_value_timeline", "When: p-value over time", _P_CAPTION,
+        render_figure(folder, "p_value_timeline", "When: p-value over time", _P_CAPTION,
                 lambda: p_value_timeline(timed)),
     ]
     elapsed = time.perf_counter() - started
     manifest = {"folder": folder.name, "generation_s": round(elapsed, 3),
                 "inspections": len(views), "figures": [r.to_dict() for r in records]}
     try:
-        _write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
-        _write_text(folder / "index.html", _index_page(views, records, elapsed))
+        write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
+        write_text(folder / "index.html", _index_page(views, records, elapsed))
     except OSError as exc:
         raise ReportWriteError(
             f"cannot write the backfill report pages in {str(folder)!r} ({exc}); pass a "

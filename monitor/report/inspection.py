@@ -19,7 +19,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ from monitor.report import figures as figs
 from monitor.report import html as H
 from monitor.report import style
 from monitor.report.errors import ReportInputError, ReportWriteError
+from monitor.report.output import render_figure, write_text
 from monitor.report.view import InspectionView
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def write_inspection_report(
     folder = Path(out_dir) / view.folder_name()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_text(folder / "result.json", json.dumps(result, indent=2, default=str,
+        write_text(folder / "result.json", json.dumps(result, indent=2, default=str,
                                                        allow_nan=True) + "\n")
     except OSError as exc:
         raise ReportWriteError(
@@ -71,9 +71,9 @@ def write_inspection_report(
             "writable directory or unset it") from exc
 
     records: list[H.FigureRecord] = []
-    records.append(_render(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
+    records.append(render_figure(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
                            lambda: figs.score_bars(view)))
-    records.append(_render(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
+    records.append(render_figure(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
                            _HEATMAP_CAPTION, lambda: figs.lambda_heatmap(view)))
     records.extend(_profiles(folder, view, before_raw, after_raw, before, after))
     records.append(_map(folder, view, sensors_file, links_file))
@@ -82,8 +82,8 @@ def write_inspection_report(
     manifest = {"folder": folder.name, "generation_s": round(elapsed, 3),
                 "figures": [r.to_dict() for r in records]}
     try:
-        _write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
-        _write_text(folder / "index.html", _index_page(view, records, elapsed))
+        write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
+        write_text(folder / "index.html", _index_page(view, records, elapsed))
     except OSError as exc:
         raise ReportWriteError(
             f"cannot write the report pages in {str(folder)!r} ({exc}); make report_dir a "
@@ -94,31 +94,6 @@ def write_inspection_report(
 
 
 # --------------------------------------------------------------------------- figures
-
-
-def _render(folder: Path, key: str, title: str, caption: str,
-            build: Callable[[], figs.Drawn], file: str | None = None) -> H.FigureRecord:
-    """Build and save one figure; any failure becomes a record, never an exception."""
-    record = H.FigureRecord(key=key, title=title, caption=caption)
-    name = file or f"{key}.png"
-    try:
-        drawn = build()
-    except ReportInputError as exc:
-        log.info("report figure %s not drawn: %s", key, exc)
-        record.status, record.reason = "skipped", str(exc)
-        return record
-    except Exception as exc:
-        log.exception("report figure %s failed to draw", key)
-        record.status, record.reason = "failed", f"{type(exc).__name__}: {exc}"
-        return record
-    try:
-        drawn.figure.savefig(folder / name, dpi=style.DPI)
-    except Exception as exc:
-        log.exception("report figure %s failed to save to %s", key, folder / name)
-        record.status, record.reason = "failed", f"saving {name}: {type(exc).__name__}: {exc}"
-        return record
-    record.file, record.meta = name, drawn.meta
-    return record
 
 
 def _profiles(folder: Path, view: InspectionView, before_raw: Any, after_raw: Any,
@@ -139,7 +114,7 @@ def _profiles(folder: Path, view: InspectionView, before_raw: Any, after_raw: An
     records = []
     for k, sensor in enumerate(ranked[:TOP_PROFILES], start=1):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sensor)
-        records.append(_render(
+        records.append(render_figure(
             folder, f"profile_{k}", f"Before/after profile of sensor {sensor}",
             caption,
             lambda s=sensor: figs.profile(view, s, before_raw=before_raw, after_raw=after_raw,
@@ -166,7 +141,7 @@ def _map(folder: Path, view: InspectionView, sensors_file: Path | None,
                 log.warning("network map drawn without links: %s", exc)
         return figs.network_map(view, positions, segments)
 
-    return _render(folder, "network_map", title, _MAP_CAPTION, build)
+    return render_figure(folder, "network_map", title, _MAP_CAPTION, build)
 
 
 # --------------------------------------------------------------------------- page
@@ -305,10 +280,3 @@ def _sensor_table(view: InspectionView) -> str:
 
 def _mean_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a page."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
