@@ -61,10 +61,10 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
 
     timed = [v for v in views if v.inspection_time is not None]
     records = [
-        render_figure(folder, "score_timeline", "Where: sensor scores over time", _HEAT_CAPTION,
-                lambda: score_timeline(timed)),
+        render_figure(folder, "score_timeline", "Where: sensor scores over time",
+                      _HEAT_CAPTION, lambda: score_timeline(timed)),
         render_figure(folder, "p_value_timeline", "When: p-value over time", _P_CAPTION,
-                lambda: p_value_timeline(timed)),
+                      lambda: p_value_timeline(timed)),
     ]
     elapsed = time.perf_counter() - started
     manifest = {"folder": folder.name, "generation_s": round(elapsed, 3),

@@ -70,11 +70,12 @@ def write_inspection_report(
             f"cannot write the report folder {str(folder)!r} ({exc}); make report_dir a "
             "writable directory or unset it") from exc
 
-    records: list[H.FigureRecord] = []
-    records.append(render_figure(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
-                           lambda: figs.score_bars(view)))
-    records.append(render_figure(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
-                           _HEATMAP_CAPTION, lambda: figs.lambda_heatmap(view)))
+    records: list[H.FigureRecord] = [
+        render_figure(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
+                      lambda: figs.score_bars(view)),
+        render_figure(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
+                      _HEATMAP_CAPTION, lambda: figs.lambda_heatmap(view)),
+    ]
     records.extend(_profiles(folder, view, before_raw, after_raw, before, after))
     records.append(_map(folder, view, sensors_file, links_file))
 
