@@ -134,7 +134,8 @@ def lambda_heatmap(view: InspectionView) -> Drawn:
     ax.set_yticks(range(n_lambda))
     ax.set_yticklabels([f"{v:.3g}" for v in view.lambdas], fontsize=9)
     ax.set_xlabel("sensor id (ranked by aggregated score; selected in purple)")
-    ax.set_ylabel("L1 penalty λ")
+    ax.set_ylabel("1/C of the logistic regression" if view.method == "regression-baseline"
+                  else "L1 penalty λ")
     cbar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.04)
     cbar.set_label("Π_λ (unitless)")
     ax.set_title(f"Per-λ scores Π_λ, {_title_when(view)} ({n_lambda} λ × {n_sensor} sensors)",

@@ -74,7 +74,7 @@ def write_inspection_report(
         render_figure(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
                       lambda: figs.score_bars(view)),
         render_figure(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
-                      _HEATMAP_CAPTION, lambda: figs.lambda_heatmap(view)),
+                      _heatmap_caption(view.method), lambda: figs.lambda_heatmap(view)),
     ]
     records.extend(_profiles(folder, view, before_raw, after_raw, before, after))
     records.append(_map(folder, view, sensors_file, links_file))
@@ -152,10 +152,23 @@ _SCORES_CAPTION = (
     "selected as carrying the change; the dashed line is the selection threshold (the first "
     "empty bin of the score histogram). A high score means the sensor's distribution differs "
     "between the windows in a way the test detects.")
-_HEATMAP_CAPTION = (
-    "Score of each sensor (columns, same order as the bar chart) at each L1 penalty level λ "
-    "(rows). A sensor that stays bright as λ grows keeps its weight under a strong sparsity "
-    "penalty: its change is robust. The aggregated score is the mean over rows.")
+
+
+def _heatmap_caption(method: str | None) -> str:
+    base = ("Score of each sensor (columns, same order as the bar chart) at each L1 penalty "
+            "level λ (rows). A sensor that stays bright as λ grows keeps its weight under a "
+            "strong sparsity penalty: its change is robust. ")
+    how = {
+        "cv-aggregation": "The aggregated score is the mean over the rows (each row already "
+                          "averages the cross-validation splits, counting only splits whose "
+                          "test was significant).",
+        "model-selection": "Model-selection keeps one row: the λ with the best validation "
+                           "power among the significant ones.",
+        "mmd-baseline": "The MMD baseline uses no penalty (λ = 0): a single row.",
+        "regression-baseline": "Rows are 1/C of the L1 logistic regression; the score is the "
+                               "absolute coefficient at the C chosen by cross-validation.",
+    }
+    return base + how.get(method or "", "")
 _PROFILE_CAPTION = (
     'Left: the hourly series over the <span class="before">before</span> and '
     '<span class="after">after</span> windows, in the source\'s units, dashed line at the '
