@@ -35,6 +35,10 @@ def render_figure(folder: Path, key: str, title: str, caption: str,
         log.exception("report figure %s failed to save to %s", key, folder / name)
         record.status, record.reason = "failed", f"saving {name}: {type(exc).__name__}: {exc}"
         return record
+    finally:
+        # Break the figure's reference cycles now: a long-running agent should not wait for
+        # the cyclic garbage collector to free the pixel buffers of every report.
+        drawn.figure.clear()
     record.file, record.meta = name, drawn.meta
     return record
 
