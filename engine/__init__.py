@@ -1,0 +1,35 @@
+"""mmdwatch engine: ARD-MMD two-sample variable selection (Mitsuzawa et al.).
+
+    from engine import CVAggregation
+    sel = CVAggregation(seed=0).fit(X, Y)    # X (n, D), Y (m, D)
+    sel.selected, sel.scores, sel.p_value, sel.to_dict()
+
+Pure computation: no I/O, no global state. Torch is imported with this package; the
+CLI imports the engine lazily.
+"""
+from engine.errors import (
+    EmptyInputError,
+    EngineError,
+    InvalidParameterError,
+    NonFiniteInputError,
+    ShapeMismatchError,
+    TooFewSamplesError,
+    TooFewVariablesError,
+)
+from engine.optimiser import FAST, PAPER, OptimiserConfig
+from engine.result import Selection
+from engine.selectors import CVAggregation, MMDBaseline, ModelSelection, RegressionBaseline
+
+METHODS = {
+    "cv-aggregation": CVAggregation,
+    "model-selection": ModelSelection,
+    "mmd-baseline": MMDBaseline,
+    "regression-baseline": RegressionBaseline,
+}
+
+__all__ = [
+    "CVAggregation", "ModelSelection", "MMDBaseline", "RegressionBaseline", "METHODS",
+    "Selection", "OptimiserConfig", "FAST", "PAPER",
+    "EngineError", "EmptyInputError", "InvalidParameterError", "NonFiniteInputError",
+    "ShapeMismatchError", "TooFewSamplesError", "TooFewVariablesError",
+]

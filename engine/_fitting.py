@@ -1,0 +1,208 @@
+"""Shared steps of the ARD selectors: data preparation, splits, validation tests.
+
+Kept apart from :mod:`engine.selectors` so each selector's ``fit`` reads as its algorithm.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine._inputs import Samples, prepare_samples
+from engine.errors import InvalidParameterError
+from engine.kernels import KernelName, length_scales
+from engine.permutation import (
+    mmd_permutation_pvalues,
+    random_projections,
+    sliced_wasserstein_pvalues,
+)
+from engine.problems import ProblemSet
+from engine.splits import PaddedIndex, Splits, permutation_labels, relabel_blocks
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to torch."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidParameterError(
+            f"device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}"
+        ) from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidParameterError("device='cuda' but no CUDA device is available; use 'auto'")
+    return dev
+
+
+@contextmanager
+def torch_threads(n_threads: int | None) -> Iterator[None]:
+    """Run with ``n_threads`` intra-op CPU threads, restoring the previous setting.
+
+    The engine's tensors are small (a few MB): with OpenMP threads on a loaded machine the
+    spin-waiting costs far more than the parallelism gains (measured: one epoch 3 ms with
+    one thread, 390 ms with two on a busy 2-core host), hence the default of 1.
+    """
+    if n_threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n_threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in ("float32", "float64"):
+        raise InvalidParameterError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    return torch.float32 if dtype == "float32" else torch.float64
+
+
+@dataclass
+class Prepared:
+    """Checked data restricted to the non-constant ("active") columns.
+
+    ``x`` (n, A), ``y`` (m, A) tensors on the device; ``gamma`` (A,); ``active`` (A,)
+    indices into the D input columns.
+    """
+
+    samples: Samples
+    active: np.ndarray
+    x: torch.Tensor
+    y: torch.Tensor
+    gamma: torch.Tensor
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def n_vars(self) -> int:
+        return len(self.samples.labels)
+
+    def expand(self, scores: np.ndarray) -> np.ndarray:
+        """Scores on active columns (..., A) -> all columns (..., D), 0 elsewhere."""
+        out = np.zeros(scores.shape[:-1] + (self.n_vars,))
+        out[..., self.active] = scores
+        return out
+
+
+def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: str,
+            device: torch.device, dtype: torch.dtype) -> Prepared:
+    samples = prepare_samples(x_in, y_in, block_size=block_size)
+    active = np.flatnonzero(~samples.constant)
+    xa, ya = samples.x[:, active], samples.y[:, active]
+    gamma = length_scales(np.concatenate([xa, ya]), heuristic) if active.size else np.ones(0)
+    return Prepared(
+        samples, active,
+        torch.as_tensor(xa, dtype=dtype, device=device),
+        torch.as_tensor(ya, dtype=dtype, device=device),
+        torch.as_tensor(gamma, dtype=dtype, device=device),
+        device, dtype,
+    )
+
+
+def gather(data: torch.Tensor, idx: PaddedIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of data (n, A) for K padded index sets -> (K, w, A) and mask (K, w)."""
+    index = torch.as_tensor(idx.index, device=data.device)
+    mask = torch.as_tensor(idx.mask, dtype=data.dtype, device=data.device)
+    return data[index], mask
+
+
+def split_problems(prep: Prepared, splits: Splits, part: str, kernel: KernelName,
+                   estimator: str) -> ProblemSet:
+    """ProblemSet of the train (``part="train"``) or validation halves of K splits."""
+    xi = splits.x_train if part == "train" else splits.x_val
+    yi = splits.y_train if part == "train" else splits.y_val
+    xs, mx = gather(prep.x, xi)
+    ys, my = gather(prep.y, yi)
+    return ProblemSet.build(xs, ys, prep.gamma, mx=mx, my=my, kernel=kernel,
+                            estimator=estimator)
+
+
+@dataclass
+class Validation:
+    """Pooled validation samples of K splits, with permutation labels.
+
+    ``z`` (K, N, A) = [X_val rows (padded to wx); Y_val rows (padded)], ``valid`` (K, N),
+    ``labels`` (K, B+1, N) 0/1 with row 0 observed.
+    """
+
+    z: torch.Tensor
+    valid: torch.Tensor
+    labels: torch.Tensor
+
+
+def validation_set(prep: Prepared, splits: Splits, *, block_size: int | None,
+                   n_permutations: int, rng: np.random.Generator) -> Validation:
+    xs, mx = gather(prep.x, splits.x_val)
+    ys, my = gather(prep.y, splits.y_val)
+    z = torch.cat([xs, ys], dim=1)
+    valid = torch.cat([mx, my], dim=1)
+    k_sets, wx = splits.x_val.index.shape
+    wy = splits.y_val.index.shape[1]
+    labels = np.zeros((k_sets, n_permutations + 1, wx + wy))
+    for k in range(k_sets):  # K small: one vectorised draw of all permutations per split
+        rx = splits.x_val.index[k][splits.x_val.mask[k] == 1]
+        ry = splits.y_val.index[k][splits.y_val.mask[k] == 1]
+        lab = permutation_labels(relabel_blocks(rx, block_size), relabel_blocks(ry, block_size),
+                                 n_permutations, rng)
+        labels[k][:, : rx.size] = lab[:, : rx.size]
+        labels[k][:, wx: wx + ry.size] = lab[:, rx.size:]
+    return Validation(z, valid, torch.as_tensor(labels, dtype=z.dtype, device=z.device))
+
+
+def kernel_matrices(z: torch.Tensor, weights: torch.Tensor, gamma: torch.Tensor,
+                    kernel: KernelName) -> torch.Tensor:
+    """ARD kernel matrices (K, N, N) of pooled samples z (K, N, A), weights (K, A)."""
+    d = gamma.shape[-1]
+    if kernel == "gaussian":
+        scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
+        return torch.exp(-torch.cdist(scaled, scaled).square())
+    scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
+    return torch.exp(-torch.cdist(scaled, scaled, p=1))
+
+
+def split_mmd_pvalues(val: Validation, weights: torch.Tensor, gamma: torch.Tensor,
+                      kernel: KernelName) -> np.ndarray:
+    """Per-split p-values (K,) of the MMD permutation test on validation data with the
+    ARD kernel learned on the training half (weights (K, A)). All-zero weights -> p = 1."""
+    kmat = kernel_matrices(val.z, weights, gamma, kernel)
+    p = mmd_permutation_pvalues(kmat, val.labels, val.valid).cpu().numpy()
+    dead = (weights.abs().sum(-1) == 0).cpu().numpy()
+    return np.where(dead, 1.0, p)
+
+
+def gate_pvalues(val: Validation, subsets: np.ndarray, *, n_projections: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Sliced-Wasserstein permutation p-values (K, L) of validation data restricted to each
+    selected subset (K, L, A) bool; identical subsets of one split are tested once."""
+    k_sets, n_lambda, _ = subsets.shape
+    keys: dict[tuple[int, bytes], int] = {}
+    test_split, test_subset = [], []
+    which = np.zeros((k_sets, n_lambda), dtype=np.int64)
+    for k in range(k_sets):
+        for j in range(n_lambda):
+            key = (k, subsets[k, j].tobytes())
+            if key not in keys:
+                keys[key] = len(test_split)
+                test_split.append(k)
+                test_subset.append(subsets[k, j])
+            which[k, j] = keys[key]
+    seeds = rng.integers(0, 2**31 - 1, size=len(test_split))
+    proj = random_projections(np.array(test_subset), n_projections, seeds)
+    split_idx = torch.as_tensor(test_split, device=val.z.device)
+    p = sliced_wasserstein_pvalues(
+        val.z[split_idx], val.labels[split_idx], val.valid[split_idx],
+        torch.as_tensor(proj, dtype=val.z.dtype, device=val.z.device),
+    ).cpu().numpy()
+    return p[which]

@@ -1,0 +1,139 @@
+"""Batched minimisation of the regularised MMD-power objective.
+
+All B = K * L problems of a run are solved as one tensor program: weights (K, L, D), one
+forward and backward pass per epoch for all of them. Each problem keeps its own Adam
+state, its own learning rate (reduced on a plateau, like torch's ``ReduceLROnPlateau``),
+and its own early stop (the paper's rule: the objective's max - min over the last
+``window`` epochs is below ``tol``); a stopped problem is frozen while the others go on.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.errors import InvalidParameterError
+from engine.problems import ObjectiveName, ProblemSet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OptimiserConfig:
+    """Adam + plateau learning-rate reduction + early stopping, per problem.
+
+    Paper settings: ``lr=0.01``, ``window=100``, ``tol=1e-3``, ``max_epochs=99_999``;
+    plateau reduction with torch's defaults (factor 0.1, patience 10, relative threshold
+    1e-4). ``PAPER`` holds them; ``FAST`` (the engine default) uses a 5x larger initial
+    learning rate and a 50-epoch window, reaching an objective at least as good in a fraction
+    of the epochs (measured by ``python -m bench.speed``).
+    """
+
+    lr: float = 0.05
+    max_epochs: int = 1000
+    window: int = 50
+    tol: float = 1e-3
+    patience: int = 10
+    factor: float = 0.1
+    threshold: float = 1e-4
+    min_lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    nonnegative: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.lr > 0 and self.max_epochs >= 1 and self.window >= 2 and self.tol >= 0):
+            raise InvalidParameterError(
+                "optimiser needs lr > 0, max_epochs >= 1, window >= 2 and tol >= 0; got "
+                f"{self}"
+            )
+
+
+PAPER = OptimiserConfig(lr=0.01, max_epochs=99_999, window=100, min_lr=0.0, nonnegative=False)
+FAST = OptimiserConfig()
+
+
+@dataclass
+class OptimiseResult:
+    """``weights`` (K, L, D); ``loss`` (K, L) final regularised objective; ``epochs`` (K, L)
+    epochs each problem ran; ``total_epochs`` passes over the batch."""
+
+    weights: torch.Tensor
+    loss: torch.Tensor
+    epochs: torch.Tensor
+    total_epochs: int
+
+
+def minimise(
+    problems: ProblemSet, lambdas: torch.Tensor, *, objective: ObjectiveName = "ratio",
+    config: OptimiserConfig = FAST, init: torch.Tensor | None = None,
+) -> OptimiseResult:
+    """Minimise ``-log l(a) + lambda |a|_1`` for every data set and every lambda at once.
+
+    ``lambdas``: (L,) shared by all K data sets, or (K, L). ``init``: (K, L, D) starting
+    weights (default: all ones, the paper's). Returns an :class:`OptimiseResult`.
+    """
+    k_sets = problems.n_sets
+    d = problems.delta.shape[1]
+    dtype, device = problems.delta.dtype, problems.delta.device
+    lambdas = lambdas.to(dtype=dtype, device=device)
+    n_lambda = lambdas.shape[-1]
+    shape = (k_sets, n_lambda)
+    if init is None:
+        a = torch.ones(*shape, d, dtype=dtype, device=device)
+    else:
+        a = init.to(dtype=dtype, device=device).clone()
+    a.requires_grad_(True)
+    m1 = torch.zeros_like(a)
+    m2 = torch.zeros_like(a)
+    lr = torch.full(shape, config.lr, dtype=dtype, device=device)
+    best = torch.full(shape, float("inf"), dtype=dtype, device=device)
+    bad = torch.zeros(shape, dtype=torch.int64, device=device)
+    steps = torch.zeros(shape, dtype=dtype, device=device)  # Adam step count per problem
+    ring = torch.empty(config.window, *shape, dtype=dtype, device=device)
+    active = torch.ones(shape, dtype=torch.bool, device=device)
+    epochs = torch.zeros(shape, dtype=torch.int64, device=device)
+    b1, b2 = config.betas
+    epoch = 0
+    for epoch in range(config.max_epochs):
+        loss = problems.loss(a, lambdas, objective)
+        (grad,) = torch.autograd.grad(loss.sum(), a)
+        with torch.no_grad():
+            loss = loss.detach()
+            ring[epoch % config.window] = loss
+            # Plateau: no relative improvement for `patience` epochs -> lr *= factor.
+            improved = torch.isinf(best) | (loss < best - config.threshold * best.abs())
+            best = torch.where(improved, loss, best)
+            bad = torch.where(improved, 0, bad + 1)
+            cut = bad > config.patience
+            lr = torch.where(cut, (lr * config.factor).clamp_min(config.min_lr), lr)
+            bad = torch.where(cut, 0, bad)
+            if epoch + 1 >= config.window:
+                flat = (ring.amax(0) - ring.amin(0)) < config.tol
+                active &= ~flat
+            grad = torch.nan_to_num(grad) * active.unsqueeze(-1)
+            act = active.to(dtype)
+            steps += act
+            m1.lerp_(grad, (1 - b1) * act.unsqueeze(-1))
+            m2.lerp_(grad.square(), (1 - b2) * act.unsqueeze(-1))
+            t = steps.clamp_min(1).unsqueeze(-1)
+            step = lr.unsqueeze(-1) * (m1 / (1 - b1**t)) / ((m2 / (1 - b2**t)).sqrt() + config.eps)
+            a -= step * act.unsqueeze(-1)
+            if config.nonnegative:
+                # The objective is even in each a_d, so its minimum over a >= 0 is its
+                # minimum: projecting keeps weights that the L1 term drives to zero at
+                # exactly zero instead of oscillating around it, so problems stop early.
+                a.clamp_(min=0)
+            epochs += active.to(torch.int64)
+        if epoch % 10 == 9 and not bool(active.any()):
+            break
+    with torch.no_grad():
+        final = problems.loss(a.detach(), lambdas, objective)
+    log.debug("optimised %d problems in %d epochs", k_sets * n_lambda, epoch + 1)
+    return OptimiseResult(a.detach(), final, epochs, epoch + 1)
+
+
+def paper_config(**changes) -> OptimiserConfig:
+    """The paper's settings with optional changes (e.g. ``max_epochs``)."""
+    return replace(PAPER, **changes)

@@ -1,0 +1,382 @@
+"""The four selectors: CVAggregation (default), ModelSelection, MMDBaseline,
+RegressionBaseline. Parameters go to the constructor; ``fit(X, Y)`` returns a
+:class:`engine.result.Selection`.
+
+Every result carries a calibrated ``p_value`` for "X and Y differ", valid under the null
+P = Q (exchangeable rows, or exchangeable blocks with ``block_size``): ARD weights are
+learned on the training half of a split only, and the validation half is tested with the
+MMD permutation test under that learned kernel; such a split p-value is exactly valid
+because the kernel does not depend on the validation data. CVAggregation combines its
+K cross-fitted split p-values by ``min(1, (K/k) p_(k))`` with k = ceil(K/2), i.e. twice
+the lower median, which is valid under any dependence between them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine import _fitting as F
+from engine.errors import InvalidParameterError
+from engine.kernels import check_kernel
+from engine.lambdas import search_lambdas
+from engine.optimiser import FAST, PAPER, OptimiserConfig, minimise
+from engine.permutation import combine_split_pvalues
+from engine.problems import ESTIMATORS, OBJECTIVES, ProblemSet
+from engine.result import Selection
+from engine.selection import DEFAULT_RULE, check_rule, select
+from engine.splits import make_splits
+
+log = logging.getLogger(__name__)
+
+
+def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
+    if isinstance(value, OptimiserConfig):
+        return value
+    if value == "fast":
+        return FAST
+    if value == "paper":
+        return PAPER
+    raise InvalidParameterError(
+        f"optimiser must be 'fast', 'paper' or an OptimiserConfig, got {value!r}"
+    )
+
+
+class _Selector:
+    """Parameters shared by all selectors (see the subclasses for the method)."""
+
+    method = "base"
+
+    def __init__(
+        self, *, seed: int = 0, device: str = "auto", alpha: float = 0.05,
+        block_size: int | None = None, selection: str = DEFAULT_RULE,
+        kernel: str = "gaussian", length_scale: str = "median", estimator: str = "quadratic",
+        objective: str = "ratio", optimiser: str | OptimiserConfig = "fast",
+        n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 50,
+        train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
+    ) -> None:
+        self.seed = int(seed)
+        self.device = device
+        self.alpha = float(alpha)
+        self.block_size = block_size
+        self.selection = selection
+        self.kernel = kernel
+        self.length_scale = length_scale
+        self.estimator = estimator
+        self.objective = objective
+        self.optimiser = optimiser
+        self.n_permutations = int(n_permutations)
+        self.p_value_permutations = int(p_value_permutations)
+        self.n_projections = int(n_projections)
+        self.train_fraction = float(train_fraction)
+        self.dtype = dtype
+        self.n_threads = n_threads
+        self._check()
+
+    def _check(self) -> None:
+        check_rule(self.selection)
+        check_kernel(self.kernel)
+        if self.estimator not in ESTIMATORS:
+            raise InvalidParameterError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.objective not in OBJECTIVES:
+            raise InvalidParameterError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if not 0 < self.alpha < 1:
+            raise InvalidParameterError(f"alpha must be in (0, 1), got {self.alpha}")
+        if not 0 < self.train_fraction < 1:
+            raise InvalidParameterError(f"train_fraction must be in (0, 1), got {self.train_fraction}")
+        if self.n_permutations < 1 or self.p_value_permutations < 1 or self.n_projections < 1:
+            raise InvalidParameterError("n_permutations, p_value_permutations and n_projections must be >= 1")
+        if self.block_size is not None and (int(self.block_size) != self.block_size or self.block_size < 1):
+            raise InvalidParameterError(f"block_size must be a positive integer or None, got {self.block_size!r}")
+        _optimiser(self.optimiser)
+        F.resolve_dtype(self.dtype)
+
+    def get_params(self) -> dict[str, Any]:
+        params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        if isinstance(params.get("optimiser"), OptimiserConfig):
+            params["optimiser"] = repr(params["optimiser"])
+        return params
+
+    # -- shared steps ------------------------------------------------------------------
+    def _p_value(self, prep: F.Prepared, split_p: np.ndarray) -> float:
+        """Rows exchangeable: twice the lower median of the split p-values. Whole blocks
+        (block_size): a full-sample block permutation test, because a validation half
+        has too few blocks to ever reach alpha (see engine/block_test.py)."""
+        if self.block_size is None:
+            return combine_split_pvalues(split_p)
+        from engine.block_test import block_permutation_pvalue
+
+        return block_permutation_pvalue(prep, int(self.block_size), self.p_value_permutations,
+                                        self.seed, self.kernel)
+
+    def _prepare(self, x: Any, y: Any) -> F.Prepared:
+        return F.prepare(x, y, block_size=self.block_size, heuristic=self.length_scale,
+                         device=F.resolve_device(self.device), dtype=F.resolve_dtype(self.dtype))
+
+    def _full_problem(self, prep: F.Prepared) -> ProblemSet:
+        return ProblemSet.build(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma,
+                                kernel=self.kernel, estimator=self.estimator)
+
+    def _lambda_candidates(self, prep: F.Prepared) -> tuple[np.ndarray, dict[str, Any]]:
+        search = search_lambdas(
+            self._full_problem(prep), rule=self.selection, lower=self.lambda_lower,
+            n_candidates=self.n_lambdas, objective=self.objective,
+            config=_optimiser(self.optimiser),
+        )
+        return search.candidates, {"lambda_upper": search.upper, "lambda_path": search.path}
+
+    def _trivial(self, prep: F.Prepared, t0: float, n_lambdas: int = 1) -> Selection:
+        """All columns constant: nothing can differ, nothing is selected, p = 1."""
+        log.warning("every column is constant in X and Y together; nothing to select")
+        d = prep.n_vars
+        return self._result(prep, np.zeros(d), np.zeros(0, dtype=int), float("inf"), 1.0,
+                            np.zeros(n_lambdas), np.zeros((n_lambdas, d)), [1.0], t0, {})
+
+    def _result(self, prep: F.Prepared, scores: np.ndarray, chosen: np.ndarray, threshold: float,
+                p_value: float, lambdas: np.ndarray, per_lambda: np.ndarray,
+                split_p: list[float], t0: float, details: dict[str, Any]) -> Selection:
+        labels = prep.samples.labels
+        return Selection(
+            method=self.method, labels=list(labels), scores=np.asarray(scores, dtype=float),
+            selected=[labels[i] for i in chosen], p_value=float(p_value),
+            threshold=float(threshold), lambdas=np.asarray(lambdas, dtype=float),
+            scores_per_lambda=np.asarray(per_lambda, dtype=float),
+            split_p_values=[float(p) for p in split_p], params=self.get_params(),
+            device=str(prep.device), seed=self.seed, runtime_s=time.perf_counter() - t0,
+            selected_index=[int(i) for i in chosen], details=details,
+        )
+
+    def _split_fit(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
+                   rng: np.random.Generator):
+        """Optimise every lambda on the training half of every split (one batch), then
+        compute on the validation halves: power ratio, selections, SW gate p-values, and
+        the split p-values of the learned-kernel MMD test.
+
+        Returns weights (K, L, A), val ratio (K, L), subsets (K, L, A), gate p (K, L),
+        split p (K,), train ratio (K, L).
+        """
+        n, m = prep.x.shape[0], prep.y.shape[0]
+        splits = make_splits(n, m, n_splits, rng, train_fraction=self.train_fraction,
+                             block_size=self.block_size)
+        train = F.split_problems(prep, splits, "train", self.kernel, self.estimator)
+        lam = torch.as_tensor(lambdas, dtype=prep.dtype, device=prep.device)
+        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser))
+        weights = res.weights.abs()
+        val_problems = F.split_problems(prep, splits, "val", self.kernel, self.estimator)
+        with torch.no_grad():
+            val_ratio = val_problems.ratio(weights).cpu().numpy()
+            train_ratio = train.ratio(weights).cpu().numpy()
+        w_np = weights.cpu().numpy()
+        subsets = np.zeros(w_np.shape, dtype=bool)
+        for k in range(w_np.shape[0]):
+            for j in range(w_np.shape[1]):
+                chosen, _ = select(w_np[k, j], self.selection)
+                subsets[k, j, chosen] = True
+        val = F.validation_set(prep, splits, block_size=self.block_size,
+                               n_permutations=self.n_permutations, rng=rng)
+        gate_p = F.gate_pvalues(val, subsets, n_projections=self.n_projections, rng=rng)
+        # The p-value kernel is chosen on training data only (highest unpenalised training
+        # power), so each split p-value stays exactly valid.
+        best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
+        w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
+        if self.p_value_permutations != self.n_permutations:
+            val_p = F.validation_set(prep, splits, block_size=self.block_size,
+                                     n_permutations=self.p_value_permutations, rng=rng)
+        else:
+            val_p = val
+        split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
+        return w_np, val_ratio, subsets, gate_p, split_p, train_ratio, int(res.total_epochs)
+
+
+class CVAggregation(_Selector):
+    """Algorithm 2 of the paper ("CV-aggregation"), the product default.
+
+    For each candidate lambda (Algorithm 3) and each of ``n_splits`` random splits:
+    optimise the ARD weights on the training half, select variables, compute the power
+    ratio on the validation half and a sliced-Wasserstein permutation p-value of the
+    selected variables there. Scores ``Pi = mean_lambda mean_i I(p < gate_alpha) *
+    max(l_val, 0) * a / max(a)``; variables are selected from ``Pi`` with ``selection``.
+    All lambda x split problems are optimised as one batch.
+    """
+
+    method = "cv-aggregation"
+
+    def __init__(self, *, n_splits: int = 10, n_lambdas: int = 6, lambda_lower: float = 0.01,
+                 gate_alpha: float = 0.05, **kwargs: Any) -> None:
+        self.n_splits = int(n_splits)
+        self.n_lambdas = int(n_lambdas)
+        self.lambda_lower = float(lambda_lower)
+        self.gate_alpha = float(gate_alpha)
+        super().__init__(**kwargs)
+        if self.n_splits < 1 or self.n_lambdas < 2 or self.lambda_lower <= 0:
+            raise InvalidParameterError("need n_splits >= 1, n_lambdas >= 2, lambda_lower > 0")
+
+    def fit(self, x: Any, y: Any) -> Selection:
+        """Select the variables in which X (n, D) and Y (m, D) differ."""
+        with F.torch_threads(self.n_threads):
+            return self._fit(x, y)
+
+    def _fit(self, x: Any, y: Any) -> Selection:
+        t0 = time.perf_counter()
+        prep = self._prepare(x, y)
+        if prep.active.size == 0:
+            return self._trivial(prep, t0, self.n_lambdas)
+        rng = np.random.default_rng(self.seed)
+        lambdas, details = self._lambda_candidates(prep)
+        w, val_ratio, subsets, gate_p, split_p, _, epochs = self._split_fit(
+            prep, lambdas, self.n_splits, rng)
+        top = w.max(axis=-1, keepdims=True)
+        normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
+        gain = (gate_p < self.gate_alpha) * np.clip(np.nan_to_num(val_ratio), 0, None)
+        per_lambda = (gain[..., None] * normalised).mean(axis=0)  # (L, A)
+        scores = per_lambda.mean(axis=0)
+        chosen, thr = select(scores, self.selection)
+        p_value = self._p_value(prep, split_p)
+        details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=epochs)
+        return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p_value,
+                            lambdas, prep.expand(per_lambda), list(split_p), t0, details)
+
+
+class ModelSelection(_Selector):
+    """Algorithm 1 of the paper ("model-selection"): one split; among the candidate
+    lambdas whose selected variables give a gate p-value < ``gate_alpha`` on validation,
+    the one with the largest validation power; else the one with the smallest p-value.
+    Scores are that lambda's ARD weights."""
+
+    method = "model-selection"
+
+    def __init__(self, *, n_lambdas: int = 6, lambda_lower: float = 0.01,
+                 gate_alpha: float = 0.05, **kwargs: Any) -> None:
+        self.n_lambdas = int(n_lambdas)
+        self.lambda_lower = float(lambda_lower)
+        self.gate_alpha = float(gate_alpha)
+        super().__init__(**kwargs)
+
+    def fit(self, x: Any, y: Any) -> Selection:
+        """Select the variables in which X (n, D) and Y (m, D) differ."""
+        with F.torch_threads(self.n_threads):
+            return self._fit(x, y)
+
+    def _fit(self, x: Any, y: Any) -> Selection:
+        t0 = time.perf_counter()
+        prep = self._prepare(x, y)
+        if prep.active.size == 0:
+            return self._trivial(prep, t0, self.n_lambdas)
+        rng = np.random.default_rng(self.seed)
+        lambdas, details = self._lambda_candidates(prep)
+        w, val_ratio, subsets, gate_p, split_p, _, epochs = self._split_fit(prep, lambdas, 1, rng)
+        p, ratio = gate_p[0], np.nan_to_num(val_ratio[0], nan=-np.inf)
+        ok = p < self.gate_alpha
+        best = int(np.argmax(np.where(ok, ratio, -np.inf))) if ok.any() else int(np.argmin(p))
+        scores = w[0, best]
+        chosen = np.flatnonzero(subsets[0, best])
+        chosen = chosen[np.argsort(-scores[chosen], kind="stable")]
+        _, thr = select(scores, self.selection)
+        details.update(chosen_lambda=float(lambdas[best]), gate_p_values=gate_p,
+                       val_ratio=val_ratio, epochs=epochs)
+        return self._result(prep, prep.expand(scores), prep.active[chosen], thr,
+                            self._p_value(prep, split_p), lambdas, prep.expand(w[0]),
+                            list(split_p), t0, details)
+
+
+class MMDBaseline(_Selector):
+    """lambda = 0 (Sutherland et al. 2017): maximise the power ratio on the whole sample
+    and select from the weights. Its p-value comes from one train/validation split (the
+    weights are re-learned on the training half, tested on the other)."""
+
+    method = "mmd-baseline"
+
+    def fit(self, x: Any, y: Any) -> Selection:
+        """Select the variables in which X (n, D) and Y (m, D) differ."""
+        with F.torch_threads(self.n_threads):
+            return self._fit(x, y)
+
+    def _fit(self, x: Any, y: Any) -> Selection:
+        t0 = time.perf_counter()
+        prep = self._prepare(x, y)
+        if prep.active.size == 0:
+            return self._trivial(prep, t0)
+        rng = np.random.default_rng(self.seed)
+        zero = torch.zeros(1, dtype=prep.dtype, device=prep.device)
+        res = minimise(self._full_problem(prep), zero, objective=self.objective,
+                       config=_optimiser(self.optimiser))
+        scores = res.weights[0, 0].abs().cpu().numpy()
+        chosen, thr = select(scores, self.selection)
+        *_, split_p, _, _ = self._split_fit(prep, np.zeros(1), 1, rng)
+        return self._result(prep, prep.expand(scores), prep.active[chosen], thr,
+                            self._p_value(prep, split_p), np.zeros(1),
+                            prep.expand(scores[None]), list(split_p), t0, {})
+
+
+class RegressionBaseline(_Selector):
+    """L1-regularised logistic regression classifying X vs Y (scikit-learn, standardised
+    variables); C searched on ``Cs`` (default 10 values in [0.1, 4.0]) by 5-fold CV;
+    variables selected from |coefficients| with ``selection``. ``lambdas`` holds 1/C.
+    p-value: the classifier (C re-searched) is fitted on a training half, and the
+    difference of mean decision values between X and Y on the validation half is
+    permutation-tested."""
+
+    method = "regression-baseline"
+
+    def __init__(self, *, Cs: Any = None, cv: int = 5, **kwargs: Any) -> None:  # noqa: N803
+        self.Cs = list(np.linspace(0.1, 4.0, 10)) if Cs is None else [float(c) for c in Cs]
+        self.cv = int(cv)
+        super().__init__(**kwargs)
+
+    def _classifier(self, z: np.ndarray, labels: np.ndarray):
+        from sklearn.linear_model import LogisticRegressionCV
+        from sklearn.model_selection import StratifiedKFold
+
+        folds = StratifiedKFold(n_splits=self.cv, shuffle=True, random_state=self.seed)
+        clf = LogisticRegressionCV(Cs=self.Cs, cv=folds, penalty="l1", solver="liblinear",
+                                   random_state=self.seed, max_iter=1000)
+        with warnings.catch_warnings():
+            # scikit-learn 1.8+ announces renamed parameters; the fit is the same.
+            warnings.simplefilter("ignore", FutureWarning)
+            return clf.fit(z, labels)
+
+    def fit(self, x: Any, y: Any) -> Selection:
+        """Select the variables in which X (n, D) and Y (m, D) differ."""
+        with F.torch_threads(self.n_threads):
+            return self._fit(x, y)
+
+    def _fit(self, x: Any, y: Any) -> Selection:
+        t0 = time.perf_counter()
+        prep = F.prepare(x, y, block_size=self.block_size, heuristic=self.length_scale,
+                         device=torch.device("cpu"), dtype=torch.float64)
+        if prep.active.size == 0:
+            return self._trivial(prep, t0)
+        rng = np.random.default_rng(self.seed)
+        xa, ya = prep.x.numpy(), prep.y.numpy()
+        pooled = np.concatenate([xa, ya])
+        mean, std = pooled.mean(0), pooled.std(0)
+        std[std == 0] = 1.0
+        xs, ys = (xa - mean) / std, (ya - mean) / std
+        labels = np.r_[np.ones(len(xs)), np.zeros(len(ys))]
+        clf = self._classifier(np.concatenate([xs, ys]), labels)
+        scores = np.abs(clf.coef_[0])
+        chosen, thr = select(scores, self.selection)
+        c_best = float(clf.C_[0])
+        # p-value: classifier trained on one half, tested on the other.
+        splits = make_splits(len(xs), len(ys), 1, rng, train_fraction=self.train_fraction,
+                             block_size=self.block_size)
+        tx, ty = splits.x_train.index[0], splits.y_train.index[0]
+        clf_half = self._classifier(np.concatenate([xs[tx], ys[ty]]),
+                                    np.r_[np.ones(len(tx)), np.zeros(len(ty))])
+        vx, vy = splits.x_val.index[0], splits.y_val.index[0]
+        dec = clf_half.decision_function(np.concatenate([xs[vx], ys[vy]]))
+        from engine.splits import permutation_labels, relabel_blocks
+
+        lab = permutation_labels(relabel_blocks(vx, self.block_size),
+                                 relabel_blocks(vy, self.block_size),
+                                 self.p_value_permutations, rng)
+        nx = lab.sum(1)
+        stat = lab @ dec / nx - (1 - lab) @ dec / (len(dec) - nx)
+        p = float((1 + (stat[1:] >= stat[0] - 1e-12).sum()) / len(stat))
+        details = {"C": c_best}
+        return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p,
+                            np.array([1.0 / c_best]), prep.expand(scores[None]), [p], t0, details)
