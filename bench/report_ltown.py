@@ -61,12 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/report_ltown"))
     parser.add_argument("--method", default="cv-aggregation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-rows", type=int, default=24,
+                        help="rows moved together in splits/permutations (the config "
+                             "default, 1 day = 24); 0 = iid rows")
     args = parser.parse_args(argv)
 
     from monitor.report import write_inspection_report
 
     t0 = time.perf_counter()
-    case = ltown_inspection(args.method, args.seed)
+    case = ltown_inspection(args.method, args.seed, args.block_rows or None)
     t1 = time.perf_counter()
     folder = write_inspection_report(
         case.result, args.out, before_raw=case.before_raw, after_raw=case.after_raw,

@@ -42,6 +42,12 @@ def _title_when(view: InspectionView) -> str:
     return f"{view.site}, inspection {style.time_text(view.inspection_time or view.inspection_time_raw)}"
 
 
+def _no_weight_note(view: InspectionView) -> str:
+    """Why every score is 0, in words (CV-aggregation counts only significant splits)."""
+    return (f"All scores are 0: no split of the data showed a significant difference "
+            f"(p = {style.p_text(view.p_value)}), so no sensor carries weight")
+
+
 def _sensor_ticks(ax: Any, labels: Sequence[str], axis: str, selected: set[str]) -> list[int]:
     """Put sensor ids on ``axis`` ("x" rotated 90 degrees, or "y"); thin beyond 100 labels,
     always naming selected sensors, which are drawn bold in the selection colour."""
@@ -80,15 +86,21 @@ def score_bars(view: InspectionView) -> Drawn:
     ax = fig.add_subplot()
     x = np.arange(len(ids))
     ax.bar(x, scores, color=colours, width=0.8, edgecolor="none")
-    handles = [Patch(color=style.SELECTED_COLOUR, label=f"selected ({len(chosen)})"),
-               Patch(color=style.OTHER_COLOUR, label="not selected")]
+    handles = [Patch(color=style.OTHER_COLOUR, label="not selected")]
+    if chosen:
+        handles.insert(0, Patch(color=style.SELECTED_COLOUR, label=f"selected ({len(chosen)})"))
+    top = float(scores.max()) if len(scores) else 0.0
+    ax.set_ylim(0, top * 1.1 if top > 0 else 1.0)
+    if top <= 0:
+        ax.text(0.5, 0.5, _no_weight_note(view), transform=ax.transAxes, ha="center",
+                va="center", fontsize=10, color="#444444", wrap=True)
     if view.threshold is not None and np.isfinite(view.threshold):
         line = ax.axhline(view.threshold, color=style.THRESHOLD_COLOUR, ls="--", lw=1.2,
                           label=f"selection threshold = {style.score_text(view.threshold)}")
         handles.append(line)
     _sensor_ticks(ax, ids, "x", chosen)
     ax.set_xlim(-0.6, len(ids) - 0.4)
-    ax.set_xlabel("sensor id (ranked by score)")
+    ax.set_xlabel("sensor id (ranked by score)" if top > 0 else "sensor id (all tied)")
     ax.set_ylabel("importance score Π (unitless)")
     ax.legend(handles=handles, loc="upper right", fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
@@ -130,6 +142,9 @@ def lambda_heatmap(view: InspectionView) -> Drawn:
     vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     image = ax.imshow(mat, aspect="auto", cmap=style.SCORE_CMAP, vmin=0.0, vmax=vmax,
                       interpolation="nearest")
+    if not (finite.size and finite.max() > 0):
+        ax.text(0.5, 0.5, _no_weight_note(view), transform=ax.transAxes, ha="center",
+                va="center", fontsize=10, color="white")
     _sensor_ticks(ax, labels, "x", set(view.selected))
     ax.set_yticks(range(n_lambda))
     ax.set_yticklabels([f"{v:.3g}" for v in view.lambdas], fontsize=9)
@@ -357,6 +372,8 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
     names = ", ".join(view.selected[:6]) + (" …" if len(view.selected) > 6 else "")
     off_map = [s for s in view.sensor_ids if s not in positions.index]
     second = f"selected: {names}" if names else "no sensor selected"
+    if placed and not any(scores[s] > 0 for s in placed):
+        second += " (all scores are 0)"
     if off_map:
         second += f"; {len(off_map)} scored sensor(s) have no coordinates in sensors_file"
     ax.set_title(f"Network map: sensor scores, {_title_when(view)}\n{second}", fontsize=11)

@@ -142,3 +142,18 @@ def test_bad_sensors_file_names_the_missing_columns(tmp_path: Path) -> None:
     bad.write_text("id,lon,lat\na,1,2\n")
     with pytest.raises(ReportInputError, match=r"sensor_id,x,y"):
         figs.read_sensor_positions(bad)
+
+
+def test_all_zero_scores_are_explained_not_drawn_as_an_empty_plot() -> None:
+    ex = example_inspection(8, 4, n_changed=0)
+    result = ex.result
+    for s in result["sensors"]:
+        s["score"] = 0.0
+    result["engine"]["scores_per_lambda"] = [[0.0] * 8 for _ in range(4)]
+    view = InspectionView.from_result(result)
+    ax = figs.score_bars(view).figure.axes[0]
+    assert ax.get_ylim() == (0.0, 1.0)
+    assert any("All scores are 0" in t.get_text() for t in ax.texts)
+    assert "p = 0.41" in ax.texts[0].get_text()
+    heat = figs.lambda_heatmap(view).figure.axes[0]
+    assert any("All scores are 0" in t.get_text() for t in heat.texts)
