@@ -83,7 +83,8 @@ def _short_time(t: datetime) -> str:
 
 
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
-              p_value: float | None, error: str | None = None) -> str:
+              p_value: float | None, error: str | None = None,
+              alpha: float | None = None) -> str:
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
@@ -95,6 +96,9 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
                 f"(p={p})")
     if selected and p_value is not None:
         return f"No significant change at {when} across {n_sensors} sensors (p={p})"
+    if p_value is not None and alpha is not None and p_value < alpha:
+        return (f"The windows differ at {when} (p={p}) but no sensor of {n_sensors} stands "
+                "out; not an alert")
     return f"No change at {when} across {n_sensors} sensors (p={p})"
 
 
@@ -170,7 +174,8 @@ class Inspector:
         result["generator"]["runtime_s"] = round(time.perf_counter() - started, 3)
         n = len(result["sensors"]) or result["data_quality"].get("sensors_used") or 0
         result["summary"] = summarise(result["status"], t, n, result["selected_sensors"],
-                                      result["test"]["p_value"], result.get("error"))
+                                      result["test"]["p_value"], result.get("error"),
+                                      self.engine.alpha)
         return Outcome(result, windows)
 
     @staticmethod

@@ -18,11 +18,11 @@ import pandas as pd
 
 @dataclass(frozen=True)
 class Scenario:
-    n_sensors: int = 16
+    n_sensors: int = 12
     start: str = "2026-01-05T00:00:00Z"  # a Monday
-    days: int = 16
+    days: int = 14
     step: str = "10min"
-    change_at: str | None = "2026-01-19T00:00:00Z"
+    change_at: str | None = "2026-01-12T06:00:00Z"
     #: sensor -> pressure change (m) from change_at on
     changes: dict[str, float] = field(default_factory=lambda: {"s04": -0.9, "s11": -0.6})
     zones: int = 3
