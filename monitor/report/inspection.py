@@ -190,6 +190,10 @@ def _index_page(view: InspectionView, records: list[H.FigureRecord], elapsed: fl
                     f"{H.esc(view.error or 'No error message was recorded.')}</div>")
     body.append("<h2>Test</h2>")
     body.append(H.key_values(_facts(view)))
+    if view.sensors and not any(r.score > 0 for r in view.sensors):
+        body.append('<p class="note">Every sensor scored 0: no cross-validation split showed a '
+                    "significant difference, so the ranking below is a tie (ordered by id). "
+                    "The profiles still show the top sensors' data.</p>")
     notes = _quality_notes(view)
     body.append("<h2>Data quality</h2>")
     if notes:
