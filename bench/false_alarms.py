@@ -68,43 +68,64 @@ def _params_text(params: tuple[tuple[str, object], ...]) -> str:
     return ";".join(f"{k}={v}" for k, v in params)
 
 
-def selector_class(method: str) -> type:
-    import engine
-
-    names = {"cv-aggregation": "CVAggregation", "model-selection": "ModelSelection",
-             "mmd-baseline": "MMDBaseline", "regression-baseline": "RegressionBaseline"}
-    return getattr(engine, names[method])
-
-
-def null_windows(network_seed: int, stream_seed: int, t: pd.Timestamp, n_sensors: int
-                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The monitor's default windows for inspection time ``t`` on one null stream."""
-    from monitor.windows import WindowSpec, build_windows
-
-    spec = WindowSpec()
+def null_readings(network_seed: int, stream_seed: int, t: pd.Timestamp, n_sensors: int,
+                  spec: object) -> pd.DataFrame:
+    """Long readings (time, sensor, value) covering both windows of inspection time ``t``."""
     net = NullNetwork(n_sensors=n_sensors, seed=network_seed)
-    start = t - pd.Timedelta(spec.before)
-    days = (spec.before + spec.after) / pd.Timedelta(days=1)
-    readings = NullNetwork.to_long(net.simulate(start, days, stream_seed=stream_seed))
-    windows = build_windows(readings, t, spec)
-    return windows.before, windows.after
+    start = t - pd.Timedelta(spec.before)  # type: ignore[attr-defined]
+    days = (spec.before + spec.after) / pd.Timedelta(days=1)  # type: ignore[attr-defined]
+    return NullNetwork.to_long(net.simulate(start, days, stream_seed=stream_seed))
+
+
+def p_value_only(engine: object, spec: object, readings: pd.DataFrame, t: pd.Timestamp) -> float:
+    """The p-value the default pipeline reports, without the CV fits that do not enter it.
+
+    With ``block_size`` set the selectors take their p-value from one whole-block
+    permutation test on the prepared windows (engine/block_test.py); the ARD fits only rank
+    sensors. This calls the same window builder, the same selector object's ``_prepare``
+    and ``_p_value`` with the same seed, so the value is identical to a full ``fit`` (the
+    benchmark checks that on the inspections it also runs in full). Firing needs a
+    selected sensor as well, so ``p < alpha`` here bounds the firing rate from above.
+    """
+    from monitor.windows import build_windows
+
+    w = build_windows(readings, t, spec)
+    selector = engine.make_selector()  # type: ignore[attr-defined]
+    if selector.block_size is None:
+        raise ValueError("--p-value-only needs block_size: without blocks the p-value comes "
+                         "from the cross-fitted splits, so run the full pipeline")
+    return float(selector._p_value(selector._prepare(w.before, w.after), None))
 
 
 def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd.Timestamp,
-            n_sensors: int, alpha: float) -> dict:
-    before, after = null_windows(network_seed, stream_seed, t, n_sensors)
-    cls = selector_class(setting.method)
-    t0 = time.perf_counter()
-    selection = cls(seed=i, alpha=alpha, block_size=setting.block_rows, device="cpu",
-                    **dict(setting.params)).fit(before, after)
-    runtime = time.perf_counter() - t0
-    p = float(selection.p_value)
-    firing = bool(p < alpha and len(selection.selected) > 0)
+            n_sensors: int, alpha: float, p_only: bool = False) -> dict:
+    """One inspection through the agent's own Inspector (windows -> engine -> result)."""
+    from monitor.inspection import EngineSettings, Inspector
+    from monitor.windows import WindowSpec
+
+    spec = WindowSpec()  # the product defaults: 7 d / 7 d, 1 h means, normalise: before
+    readings = null_readings(network_seed, stream_seed, t, n_sensors, spec)
+    engine = EngineSettings(method=setting.method, alpha=alpha, seed=0, device="cpu",
+                            block_rows=setting.block_rows, params=setting.params)
+    if p_only:
+        t0 = time.perf_counter()
+        p = p_value_only(engine, spec, readings, t)
+        return {"blocks": setting.blocks, "method": setting.method, "inspection": i,
+                "network_seed": network_seed, "stream_seed": stream_seed,
+                "inspection_time": t.isoformat(), "p_value": p, "n_selected": -1,
+                "firing": int(p < alpha), "runtime_s": round(time.perf_counter() - t0, 3),
+                "params": _params_text(setting.params) + ";p_value_only"}
+    inspector = Inspector("null-bench", spec, engine, {"bench": "false_alarms"})
+    result = inspector.run(t.to_pydatetime(), lambda start, end: readings).result
+    if result["status"] == "error":
+        raise RuntimeError(f"inspection {i} ended in error: {result.get('error')}")
     return {"blocks": setting.blocks, "method": setting.method, "inspection": i,
             "network_seed": network_seed, "stream_seed": stream_seed,
-            "inspection_time": t.isoformat(), "p_value": p,
-            "n_selected": len(selection.selected), "firing": int(firing),
-            "runtime_s": round(runtime, 3), "params": _params_text(setting.params)}
+            "inspection_time": t.isoformat(), "p_value": float(result["test"]["p_value"]),
+            "n_selected": len(result["selected_sensors"]),
+            "firing": int(result["status"] == "firing"),
+            "runtime_s": float(result["engine"]["runtime_s"]),
+            "params": _params_text(setting.params)}
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -194,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--networks", type=int, default=10, help="distinct simulated networks")
     ap.add_argument("--name", default="false_alarms", help="output file stem")
+    ap.add_argument("--indices", default=None,
+                    help="run only these inspection numbers of the plan, e.g. 0,6,13 (the plan "
+                         "itself depends on --inspections)")
+    ap.add_argument("--p-value-only", action="store_true",
+                    help="with block_size: compute only the reported p-value (identical to "
+                         "the full pipeline's; firing counted as p < alpha, an upper bound)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -217,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             r["firing"], r["inspection"] = int(r["firing"]), int(r["inspection"])
             r["p_value"], r["runtime_s"] = float(r["p_value"]), float(r["runtime_s"])
             r["params"] = r.get("params") or ""
+    suffix = ";p_value_only" if args.p_value_only else ""
     done = {(r["blocks"], r["method"], r["params"], r["inspection"]) for r in rows}
     plan = inspection_plan(args.inspections)
     new_file = not csv_path.exists()
@@ -224,18 +252,21 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         if new_file:
             writer.writeheader()
+        only = None if args.indices is None else {int(x) for x in args.indices.split(",")}
         for i, (stream_seed, t) in enumerate(plan):
+            if only is not None and i not in only:
+                continue
             for setting in settings:
-                if (*setting.key, i) in done:
+                if (setting.key[0], setting.key[1], setting.key[2] + suffix, i) in done:
                     continue
                 row = run_one(setting, i, i % args.networks, stream_seed, t, args.sensors,
-                              args.alpha)
+                              args.alpha, p_only=args.p_value_only)
                 writer.writerow(row)
                 fh.flush()
                 rows.append(row)
                 log.info("%s blocks=%s #%d p=%.4f firing=%d (%.1fs)", setting.method,
                          setting.blocks, i, row["p_value"], row["firing"], row["runtime_s"])
-    wanted = {s.key for s in settings}
+    wanted = {(s.key[0], s.key[1], s.key[2] + suffix) for s in settings}
     rows = [r for r in rows if (r["blocks"], r["method"], r["params"]) in wanted
             and r["inspection"] < args.inspections]
     summary = summarise(rows, args.alpha)
