@@ -72,7 +72,7 @@ def test_inspect_is_ok_on_a_stream_without_change(tmp_path):
 
 @pytest.mark.slow
 def test_backfill_writes_json_lines_and_progress(tmp_path):
-    frame, _ = simulate(Scenario(n_sensors=8))
+    frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
     path = tmp_path / "net.csv"
     write_csv(frame, path)
     out_file = tmp_path / "out.jsonl"
