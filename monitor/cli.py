@@ -210,8 +210,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     try:
-        with tqdm(times, desc="backfill", unit="insp", file=sys.stderr,
-                  disable=None) as bar:
+        with tqdm(times, desc="backfill", unit="insp", file=sys.stderr, disable=False,
+                  dynamic_ncols=True) as bar:
             for t in bar:
                 outcome = inspector.run(t, read)
                 result = outcome.result
