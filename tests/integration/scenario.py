@@ -29,6 +29,7 @@ DAYS = 15
 T_CHANGE = T0 + 7 * 86400  # inspection time: before [T0, T_CHANGE), after [T_CHANGE, +7d)
 SENSORS = [f"s{k:02d}" for k in range(24)]
 CHANGED = ["s03", "s11", "s17"]
+DROP = 5.0  # metres of pressure lost by the changed sensors
 SITE = "e2e-net"
 TOPIC_PREFIX = f"sensors/{SITE}"
 
@@ -37,18 +38,19 @@ def iso(epoch_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
 
-def network(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def network(seed: int = 0, drop: float = DROP, daily: float = 1.0
+            ) -> tuple[np.ndarray, np.ndarray]:
     """``times`` (T,) epoch seconds and ``values`` (T, 24) for the whole 15 days."""
     rng = np.random.default_rng(seed)
     times = T0 + STEP_S * np.arange(DAYS * 86400 // STEP_S)
     hours = (times - T0) / 3600.0
     phase = rng.uniform(0, 2 * np.pi, len(SENSORS))
     level = rng.uniform(40, 60, len(SENSORS))
-    daily = 4.0 * np.sin(2 * np.pi * hours[:, None] / 24 + phase[None, :])
-    values = level[None, :] + daily + rng.normal(0, 0.6, (len(times), len(SENSORS)))
+    cycle = daily * np.sin(2 * np.pi * hours[:, None] / 24 + phase[None, :])
+    values = level[None, :] + cycle + rng.normal(0, 0.6, (len(times), len(SENSORS)))
     after = times >= T_CHANGE
     for name in CHANGED:
-        values[after, SENSORS.index(name)] -= 3.0
+        values[after, SENSORS.index(name)] -= drop
     return times, values
 
 
@@ -94,7 +96,12 @@ def base_config(state_dir: Path) -> dict[str, Any]:
         "log_level": "INFO",
         "windows": {"before": "7d", "after": "7d", "resample": "1h"},
         "schedule": {"every": "1d", "clock": "data", "start": iso(T_CHANGE), "poll": "1s"},
-        "engine": {"method": "cv-aggregation", "alpha": 0.05, "seed": 0, "device": "cpu"},
+        # The synthetic noise is iid (no day-to-day dependence), so rows may be permuted
+        # one by one; a light search keeps one inspection to seconds on a busy CI box.
+        "engine": {"method": "cv-aggregation", "alpha": 0.05, "seed": 0, "device": "cpu",
+                   "block_size": None,
+                   "params": {"n_splits": 2, "n_lambdas": 3, "n_permutations": 99,
+                              "p_value_permutations": 199}},
         "store": {"retention": "30d"},
         "outbox": {"retry_initial": "1s", "retry_max": "5s"},
         "sinks": [{"type": "jsonl", "path": str(state_dir / "results.jsonl"), "fsync": True}],
