@@ -30,8 +30,8 @@ class OptimiserConfig:
     of the epochs (measured by ``python -m bench.speed``).
     """
 
-    lr: float = 0.05
-    max_epochs: int = 1000
+    lr: float = 0.02
+    max_epochs: int = 200
     window: int = 50
     tol: float = 1e-3
     patience: int = 10
@@ -40,7 +40,7 @@ class OptimiserConfig:
     min_lr: float = 1e-5
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    nonnegative: bool = True
+    nonnegative: bool = False
 
     def __post_init__(self) -> None:
         if not (self.lr > 0 and self.max_epochs >= 1 and self.window >= 2 and self.tol >= 0):

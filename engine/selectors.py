@@ -56,7 +56,7 @@ class _Selector:
         block_size: int | None = None, selection: str = DEFAULT_RULE,
         kernel: str = "gaussian", length_scale: str = "median", estimator: str = "quadratic",
         objective: str = "ratio", optimiser: str | OptimiserConfig = "fast",
-        n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 50,
+        n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
     ) -> None:
         self.seed = int(seed)
@@ -176,14 +176,17 @@ class _Selector:
             for j in range(w_np.shape[1]):
                 chosen, _ = select(w_np[k, j], self.selection)
                 subsets[k, j, chosen] = True
-        val = F.validation_set(prep, splits, block_size=self.block_size,
+        # The gate only weights the scores; the reported p-value carries the false-alarm
+        # guarantee. With whole-day blocks a validation half has so few blocks that a
+        # block-permuted gate could never pass (min p ~ 0.1), so the gate permutes rows.
+        val = F.validation_set(prep, splits, block_size=None,
                                n_permutations=self.n_permutations, rng=rng)
         gate_p = F.gate_pvalues(val, subsets, n_projections=self.n_projections, rng=rng)
         # The p-value kernel is chosen on training data only (highest unpenalised training
         # power), so each split p-value stays exactly valid.
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
         w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
-        if self.p_value_permutations != self.n_permutations:
+        if self.p_value_permutations != self.n_permutations or self.block_size is not None:
             val_p = F.validation_set(prep, splits, block_size=self.block_size,
                                      n_permutations=self.p_value_permutations, rng=rng)
         else:
