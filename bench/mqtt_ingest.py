@@ -68,9 +68,11 @@ def publish(port: int, messages: list[bytes], topic: str = "sensors/bench") -> N
     client.max_queued_messages_set(0)
     client.connect("127.0.0.1", port)
     client.loop_start()
-    infos = [client.publish(topic, m, qos=1) for m in messages]
-    for info in infos:
-        info.wait_for_publish(120)
+    # Packet ids are 16-bit: never have more than 65,535 messages in flight at once.
+    for i in range(0, len(messages), 20_000):
+        infos = [client.publish(topic, m, qos=1) for m in messages[i:i + 20_000]]
+        for info in infos:
+            info.wait_for_publish(120)
     client.disconnect()
     client.loop_stop()
 

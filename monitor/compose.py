@@ -34,7 +34,14 @@ def build_source(config: MonitorConfig) -> StreamSource | WindowSource:
 
 
 def build_sinks(config: MonitorConfig) -> list[Sink]:
-    return [registry.sink_class(c.type)(c) for c in config.sinks]
+    sinks: list[Sink] = []
+    for c in config.sinks:
+        # A sink whose config has a `site` key (MQTT: availability topic and last will,
+        # needed before the first result) gets the top-level site unless it names one.
+        if "site" in type(c).model_fields and getattr(c, "site", None) is None:
+            c = c.model_copy(update={"site": config.site})
+        sinks.append(registry.sink_class(c.type)(c))
+    return sinks
 
 
 def build_reporter(report_dir: Path, sensors_file: Path | None = None,

@@ -56,6 +56,8 @@ def test_alert_names_the_changed_sensors(tmp_path, mosquitto_persistent):
     sub = Subscriber(broker, f"mmdwatch/{sc.SITE}/#")
     agent = _agent(tmp_path, broker)
     try:
+        # Availability is announced at start-up, before any result.
+        assert wait_until(lambda: [p for p, _ in sub.on(AVAILABILITY_TOPIC)] == [b"online"])
         # Bad payloads in the stream are counted and skipped, never fatal.
         sc.publish_all("127.0.0.1", broker.port,
                        iter([(f"{sc.TOPIC_PREFIX}/junk", b"not json"),
