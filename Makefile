@@ -35,9 +35,10 @@ test-fast: install
 demo: install
 	$(VENV)/bin/mmdwatch demo
 
-bench: install
+bench: install system-deps
 	$(PY) -m bench.synthetic
 	$(PY) -m bench.speed
+	$(PY) -m bench.mqtt_ingest --e2e 3
 
 lint: install
 	$(VENV)/bin/ruff check engine connectors monitor bench tests
