@@ -124,3 +124,49 @@ def test_serves_the_agents_metrics_object() -> None:
         code, _, body = _get(server.address + "/healthz")
     assert code == 503
     assert json.loads(body)["reasons"][1].endswith("not enough data in the before window")
+
+
+@pytest.mark.integration
+def test_running_agent_serves_health_and_metrics(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``mmdwatch run`` with ``health: {port: N}``: the endpoint answers while the agent
+    ingests, and counts what it ingested."""
+    import time
+
+    from tests.integration import scenario as sc
+    from tests.reliability import harness as h
+    from tests.servers import free_port
+
+    data = tmp_path / "network.csv"
+    h.network_csv(data, seed=12)
+    port = free_port()
+    config = h.fast_config(tmp_path / "state")
+    config["source"] = {"type": "file", "path": str(data)}
+    config["schedule"]["start"] = sc.iso(sc.T0 + 60 * 86400)  # no inspections needed here
+    config["health"] = {"port": port}
+    agent = h.start_agent(tmp_path, config)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert h.wait_for(lambda: _reachable(url + "/healthz"), timeout=60), agent.log_text()[-2000:]
+        total = 4320 * len(sc.SENSORS)
+
+        def accepted() -> int:
+            text = _get(url + "/metrics")[2]
+            line = next(ln for ln in text.splitlines()
+                        if ln.startswith("mmdwatch_readings_accepted_total "))
+            return int(float(line.split()[1]))
+
+        assert h.wait_for(lambda: accepted() == total, timeout=120)
+        code, _, body = _get(url + "/healthz")
+        assert code == 200 and json.loads(body)["status"] == "ok", body
+        time.sleep(0.1)
+    finally:
+        assert agent.stop() == 0
+    assert not _reachable(url + "/healthz")  # closed on stop
+
+
+def _reachable(url: str) -> bool:
+    try:
+        _get(url)
+        return True
+    except OSError:
+        return False
