@@ -5,6 +5,7 @@ InfluxDB 1.x serves this API natively; 2.x and 3.x serve it as compatibility end
 """
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from pathlib import Path
@@ -157,25 +158,45 @@ class InfluxHttp:
         raise InfluxError(f"InfluxDB {what} failed with HTTP {response.status_code}: "
                           f"{message}")
 
-    def query(self, q: str, *, epoch: str = "ms") -> list[dict[str, Any]]:
-        """Series of the single statement ``q`` (``[]`` when it matched nothing)."""
-        response = self._post("/query", params={"db": self.config.database, "epoch": epoch},
+    def query(self, q: str, *, epoch: str = "ms", chunk_size: int = 50_000
+              ) -> list[dict[str, Any]]:
+        """Series of the single statement ``q`` (``[]`` when it matched nothing).
+
+        Asked for in chunks (one JSON document per line), so a server row limit
+        (``max-row-limit``) never truncates a window silently and the server streams
+        instead of building one huge answer. Chunks of one series are returned in order.
+        """
+        response = self._post("/query", params={"db": self.config.database, "epoch": epoch,
+                                                "chunked": "true",
+                                                "chunk_size": str(chunk_size)},
                               data={"q": q})
         self._raise_for(response, "query")
-        results = response.json().get("results", [])
-        if not results:
-            return []
-        first = results[0]
-        if "error" in first:
-            message = first["error"]
-            if "database not found" in message:
-                db = self.config.database
-                raise InfluxDatabaseMissing(
-                    f"database {db!r} not found on {self.config.url}; create it "
-                    f"(CREATE DATABASE \"{db}\") or fix the database key")
-            raise InfluxQueryError(f"InfluxDB rejected the query ({message}); check "
-                                   f"measurement, field and sensor_tag. Query: {q}")
-        return list(first.get("series", []))
+        series: list[dict[str, Any]] = []
+        for text in response.text.splitlines():
+            if not text.strip():
+                continue
+            try:
+                doc = json.loads(text)
+            except ValueError as exc:
+                raise InfluxError(f"InfluxDB at {self.config.url} sent an answer that is not "
+                                  f"JSON ({text[:80]!r}); check that url points at InfluxDB"
+                                  ) from exc
+            if "error" in doc:
+                self._statement_error(doc["error"], q)
+            for result in doc.get("results", []):
+                if "error" in result:
+                    self._statement_error(result["error"], q)
+                series.extend(result.get("series", []))
+        return series
+
+    def _statement_error(self, message: str, q: str) -> None:
+        if "database not found" in message:
+            db = self.config.database
+            raise InfluxDatabaseMissing(
+                f"database {db!r} not found on {self.config.url}; create it "
+                f"(CREATE DATABASE \"{db}\") or fix the database key")
+        raise InfluxQueryError(f"InfluxDB rejected the query ({message}); check "
+                               f"measurement, field and sensor_tag. Query: {q}")
 
     def write(self, lines: list[str], *, precision: str = "ns") -> None:
         """Write line-protocol ``lines`` in one request."""

@@ -168,3 +168,12 @@ def test_secrets_stay_out_of_repr():
     src = InfluxSource({"type": "influxdb", "url": "http://h:1", "database": "d",
                         "measurement": "m", "username": "u", "password": "hunter2"})
     assert "hunter2" not in repr(src) and "hunter2" not in repr(src.config)
+
+
+def test_answers_are_read_in_chunks_without_losing_points(influxd):
+    _load(influxd)
+    http = InfluxHttp(_source(influxd).config)
+    series = http.query('SELECT "value" FROM "pressure" GROUP BY "sensor"', chunk_size=7)
+    assert len(series) > 3  # each sensor's 48 points came in several chunks
+    frame_points = sum(len(s["values"]) for s in series)
+    assert frame_points == 3 * 48
