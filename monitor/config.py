@@ -399,9 +399,15 @@ def load_config(path: str | Path, *, env: dict[str, str] | None = None,
                             "syntax (indentation, colons, quotes)")], str(path)) from None
     from monitor.security import exposed_secret_warning
 
-    warning = exposed_secret_warning(path, raw)
-    if warning:  # a leaked password is worth a warning, not a refusal to start
-        import logging
+    try:
+        warning = exposed_secret_warning(path, raw)
+        if warning:  # a leaked password is worth a warning, not a refusal to start
+            import logging
 
-        logging.getLogger(__name__).warning("%s", warning)
-    return validate_config(raw, env=env, origin=str(path), require_source=require_source)
+            logging.getLogger(__name__).warning("%s", warning)
+        return validate_config(raw, env=env, origin=str(path), require_source=require_source)
+    except RecursionError:
+        # YAML aliases can make a value contain itself (a: &x [*x]), or nest absurdly deep
+        raise ConfigError(["(top level): the YAML nests too deeply or refers to itself "
+                           "through an alias (&name / *name); write the values out plainly"],
+                          str(path)) from None

@@ -113,3 +113,11 @@ def test_check_config_cli_lists_each_problem_and_exits_2(tmp_path):
     assert "5 problem(s)" in out.stdout
     ok = _check(ROOT / "config.example.yaml")
     assert ok.returncode == 0 and "OK" in ok.stdout
+
+
+def test_self_referencing_yaml_alias_is_a_config_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("site: x\nloop: &x [*x]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "refers to itself" in err.value.problems[0]
