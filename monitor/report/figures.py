@@ -35,11 +35,18 @@ class Drawn:
 def new_figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), dpi=style.DPI, layout="constrained")
+    return Figure(figsize=(width, height), dpi=style.DPI)
 
 
 def _title_when(view: InspectionView) -> str:
     return f"{view.site}, inspection {style.time_text(view.inspection_time or view.inspection_time_raw)}"
+
+
+def _sensor_label_depth(labels: Sequence[str]) -> float:
+    """Inches taken below the axes by rotated sensor ids plus the axis label."""
+    size = style.sensor_label_fontsize(len(labels))
+    longest = max((len(s) for s in labels), default=1)
+    return style.text_width_in("x" * longest, size) + 0.55
 
 
 def _no_weight_note(view: InspectionView) -> str:
@@ -82,7 +89,9 @@ def score_bars(view: InspectionView) -> Drawn:
     scores = np.nan_to_num(view.scores, nan=0.0)
     chosen = set(view.selected)
     colours = [style.SELECTED_COLOUR if s in chosen else style.OTHER_COLOUR for s in ids]
-    fig = new_figure(style.figure_width_for(len(ids)), 4.6)
+    depth = _sensor_label_depth(ids)
+    fig = new_figure(style.figure_width_for(len(ids)), 3.9 + depth)
+    style.set_margins(fig, left=0.85, right=0.2, bottom=depth, top=0.4)
     ax = fig.add_subplot()
     x = np.arange(len(ids))
     ax.bar(x, scores, color=colours, width=0.8, edgecolor="none")
@@ -136,7 +145,9 @@ def lambda_heatmap(view: InspectionView) -> Drawn:
     mat = mat[:, order]
     labels = [labels[j] for j in order]
 
-    fig = new_figure(style.figure_width_for(n_sensor) + 1.2, 2.2 + 0.32 * n_lambda)
+    depth = _sensor_label_depth(labels)
+    fig = new_figure(style.figure_width_for(n_sensor) + 1.2, 1.5 + depth + 0.32 * n_lambda)
+    style.set_margins(fig, left=0.95, right=0.75, bottom=depth, top=0.4)
     ax = fig.add_subplot()
     finite = mat[np.isfinite(mat)]
     vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
@@ -200,6 +211,8 @@ def profile(view: InspectionView, sensor: str, *,
             "pass before/after frames that include it")
     panels = int(have_raw) + int(have_norm)
     fig = new_figure(6.2 * panels + 0.4, 3.9)
+    style.set_margins(fig, left=0.95, right=0.2, bottom=0.62, top=0.62, gap=1.05,
+                      columns=panels)
     axes = fig.subplots(1, panels, squeeze=False)[0]
     row = next((r for r in view.sensors if r.sensor_id == sensor), None)
     meta: dict[str, Any] = {"sensor": sensor, "raw_points": 0, "hours": 0}
@@ -250,7 +263,7 @@ def profile(view: InspectionView, sensor: str, *,
     rank = f"rank {row.rank}, score {style.score_text(row.score)}" if row else "not ranked"
     chosen = ", selected" if sensor in set(view.selected) else ""
     fig.suptitle(f"Sensor {sensor} ({rank}{chosen}): before vs after, {_title_when(view)}",
-                 fontsize=11)
+                 fontsize=11, y=1 - 0.08 / fig.get_size_inches()[1], va="top")
     meta["panels"] = panels
     return Drawn(fig, meta)
 
@@ -322,6 +335,7 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
         span_y = max(span_y, float(np.ptp(segments[:, :, 1])))
     aspect = span_y / span_x if span_x > 0 else 1.0
     fig = new_figure(10.5, float(np.clip(9.0 * aspect + 1.3, 4.5, 11.0)))
+    style.set_margins(fig, left=0.9, right=0.35, bottom=0.6, top=0.65)
     ax = fig.add_subplot()
     handles: list[Any] = []
     n_links = 0
@@ -345,7 +359,7 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
         vmax = float(values.max()) if values.max() > 0 else 1.0
         dots = ax.scatter(pts["x"], pts["y"], c=values, cmap=style.SCORE_CMAP, vmin=0.0,
                           vmax=vmax, s=70, edgecolors="#333333", linewidths=0.6, zorder=3)
-        cbar = fig.colorbar(dots, ax=ax, shrink=0.8, pad=0.01)
+        cbar = fig.colorbar(dots, ax=ax, shrink=0.8, pad=0.015, fraction=0.05)
         cbar.set_label("importance score Π (unitless)")
         sel = [s for s in placed if s in chosen]
         if sel:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -101,3 +102,21 @@ def score_text(s: object) -> str:
     except (TypeError, ValueError):
         return "n/a"
     return f"{value:.3g}" if np.isfinite(value) else "n/a"
+
+
+def text_width_in(text: str, fontsize: float) -> float:
+    """Approximate width in inches of ``text`` at ``fontsize`` points (DejaVu Sans averages
+    about 0.62 em per glyph): enough to size a margin without drawing the figure."""
+    return len(text) * fontsize * 0.62 / 72
+
+
+def set_margins(fig: Any, *, left: float, right: float, bottom: float, top: float,
+                gap: float = 0.0, columns: int = 1) -> None:
+    """Fixed margins in inches (and a ``gap`` between ``columns`` panels).
+
+    Why not constrained layout: it measures every text twice per save and costs about 40 %
+    of a figure's time; report figures have predictable text, so margins are computed."""
+    w, h = fig.get_size_inches()
+    panel = (w - left - right - gap * (columns - 1)) / columns
+    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h,
+                        wspace=gap / panel if columns > 1 else None)
