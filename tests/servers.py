@@ -17,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -186,7 +187,7 @@ class MosquittoServer:
             out["tls"] = {"ca_certs": str(self.tls.cert)}
         return out
 
-    def __enter__(self) -> MosquittoServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -327,7 +328,7 @@ class InfluxServer:
             self._log.close()  # type: ignore[attr-defined]
             self._log = None
 
-    def __enter__(self) -> InfluxServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
