@@ -18,10 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 
 class MqttTlsConfig(BaseModel):
-    """TLS towards the broker. ``ca_certs`` null = the system CAs."""
+    """TLS towards the broker.
+
+    On when ``enabled`` is true, or (``enabled`` left out) when any file is set, so the
+    all-null template ``tls: {ca_certs: null, certfile: null, keyfile: null}`` stays plain
+    TCP. ``ca_certs`` null = the system CAs.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
+    enabled: bool | None = None
     ca_certs: Path | None = None
     certfile: Path | None = None  # client certificate (mutual TLS)
     keyfile: Path | None = None
@@ -33,7 +39,9 @@ class MqttTlsConfig(BaseModel):
         return self
 
     @property
-    def enabled(self) -> bool:
+    def active(self) -> bool:
+        if self.enabled is not None:
+            return self.enabled
         return any(v is not None for v in (self.ca_certs, self.certfile, self.keyfile))
 
 
@@ -47,8 +55,7 @@ class MqttConnectionConfig(BaseModel):
     client_id: str | None = None
     username: str | None = None
     password: SecretStr | None = None
-    # A `tls:` section (even `tls: {}`) turns TLS on; null/absent = plain TCP.
-    tls: MqttTlsConfig | None = None
+    tls: MqttTlsConfig | None = None  # see MqttTlsConfig for when TLS is on
     keepalive_s: int = Field(30, ge=5)
     reconnect_min_s: float = Field(1.0, gt=0)
     reconnect_max_s: float = Field(60.0, gt=0)
@@ -125,7 +132,7 @@ def build_client(config: MqttConnectionConfig, *, client_id: str, clean_session:
     if config.username is not None:
         password = config.password.get_secret_value() if config.password else None
         client.username_pw_set(config.username, password)
-    if config.tls is not None:
+    if config.tls is not None and config.tls.active:
         tls = config.tls
         client.tls_set(
             ca_certs=str(tls.ca_certs) if tls.ca_certs else None,

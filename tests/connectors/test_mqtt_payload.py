@@ -75,3 +75,14 @@ def test_secrets_stay_out_of_repr():
                          "password": "hunter2"})
     assert "hunter2" not in repr(source) and "hunter2" not in repr(source.config)
     assert source.config.password.get_secret_value() == "hunter2"
+
+
+def test_tls_is_on_only_when_asked_for():
+    def tls(section):
+        return MqttSource.Config.model_validate({"type": "mqtt", "topics": ["a/#"],
+                                                 "tls": section}).tls.active
+    assert not tls({"ca_certs": None, "certfile": None, "keyfile": None})  # the template
+    assert tls({"ca_certs": "/etc/ca.pem"}) and tls({"enabled": True})
+    assert not tls({"enabled": False, "ca_certs": "/etc/ca.pem"})
+    with pytest.raises(ValueError, match="go together"):
+        tls({"certfile": "/c.pem"})

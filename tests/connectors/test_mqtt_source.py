@@ -169,7 +169,7 @@ def test_wrong_password_is_a_clear_error_and_a_retry(mosquitto_auth, caplog):
 
 
 def test_untrusted_certificate_is_a_clear_error_and_a_retry(mosquitto_tls, caplog):
-    source = _source(mosquitto_tls, tls={})  # system CAs only
+    source = _source(mosquitto_tls, tls={"enabled": True})  # system CAs only
     source.start(Collected())
     try:
         assert wait_until(lambda: source.health()["connect_failures"] >= 2, timeout=10)
