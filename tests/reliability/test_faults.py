@@ -89,6 +89,7 @@ def test_sigkill_during_delivery_no_inspection_skipped_or_duplicated(tmp_path: P
     fps = [r["fingerprint"] for r in lines]
     assert len(fps) == len(set(fps)) == len(expected), "a result was skipped or written twice"
     assert sorted(r["inspection_time"] for r in lines) == [sc.iso(t) for t in h.FAST_TIMES]
+    assert {r["status"] for r in lines} <= {"ok", "firing"}, "real results, not errors"
     rows = influxd.query("SELECT fingerprint FROM mmdwatch_inspection", db="results")
     series = rows["results"][0].get("series", [])
     influx_fps = [v[1] for s in series for v in s["values"]]
@@ -183,7 +184,7 @@ def test_influxd_stopped_during_inspections_retries_instead_of_skipping(tmp_path
         assert agent.stop() == 0
     results = h.jsonl_results(state / "results.jsonl")
     assert sorted(r["inspection_time"] for r in results) == [sc.iso(t) for t in expected()]
-    errors = [r for r in results if r["status"] == "error" and "InfluxDB" in r.get("error", "")]
+    errors = [r for r in results if r["status"] == "error"]
     assert not errors, [r.get("error") for r in errors]
     assert "retrying" in outage_log, outage_log[-2000:]
     retries = outage_log.count("retrying")
