@@ -22,9 +22,16 @@ def _is_secret_key(key: object) -> bool:
     return isinstance(key, str) and key.lower().replace("-", "").replace("_", "") in SECRET_KEYS
 
 
-def literal_secrets(node: Any, path: str = "") -> list[str]:
-    """Key paths of secrets written literally (not as a whole ``${VAR}`` reference)."""
+def literal_secrets(node: Any, path: str = "", _seen: frozenset[int] = frozenset()) -> list[str]:
+    """Key paths of secrets written literally (not as a whole ``${VAR}`` reference).
+
+    YAML anchors can make a node contain itself (``&a [*a]``): such a node is visited once.
+    """
     found: list[str] = []
+    if isinstance(node, dict | list):
+        if id(node) in _seen:
+            return found
+        _seen = _seen | {id(node)}
     if isinstance(node, dict):
         for key, value in node.items():
             where = f"{path}.{key}" if path else str(key)
@@ -35,10 +42,10 @@ def literal_secrets(node: Any, path: str = "") -> list[str]:
                     isinstance(v, str) and v and not _ENV_ONLY.match(v) for v in value.values()):
                 found.append(where)  # webhook headers usually carry Authorization
             else:
-                found.extend(literal_secrets(value, where))
+                found.extend(literal_secrets(value, where, _seen))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            found.extend(literal_secrets(value, f"{path}[{i}]"))
+            found.extend(literal_secrets(value, f"{path}[{i}]", _seen))
     return found
 
 
