@@ -23,14 +23,12 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
-import math
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench.null_streams import NullNetwork, inspection_plan
@@ -168,15 +166,15 @@ def to_markdown(summary: pd.DataFrame, alpha: float, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        "Null network (`bench/null_streams.py`): 33 sensors, 5-minute readings, daily cycle, "
-        "weekly pattern, day-to-day demand variation, cross-sensor correlation, AR(1) noise, "
-        "no change. Default windows (7 d / 7 d, hourly means, normalise: before). "
-        f"Firing = p < alpha = {alpha} and a sensor selected. Interval: exact 95 % "
-        "(Clopper-Pearson). `P(rate>alpha)`: one-sided binomial p-value against alpha "
-        "(small = more alarms than alpha allows).",
+        ("Null network (`bench/null_streams.py`): 33 sensors, 5-minute readings, daily cycle, "
+         "weekly pattern, day-to-day demand variation, cross-sensor correlation, AR(1) noise, "
+         "no change. Default windows (7 d / 7 d, hourly means, normalise: before). "
+         f"Firing = p < alpha = {alpha} and a sensor selected. Interval: exact 95 % "
+         "(Clopper-Pearson). `P(rate>alpha)`: one-sided binomial p-value against alpha "
+         "(small = more alarms than alpha allows)."),
         "",
-        "| method | block_size | params | inspections | firing | rate | 95 % CI | "
-        "P(rate>alpha) | share p<alpha | median p | median s/fit |",
+        ("| method | block_size | params | inspections | firing | rate | 95 % CI | "
+         "P(rate>alpha) | share p<alpha | median p | median s/fit |"),
         "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in summary.itertuples():

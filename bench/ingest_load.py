@@ -139,18 +139,18 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Command: `{command.strip()}`",
         "",
-        f"{r['sensors']:,} sensors at 5-minute steps, batches of {r['batch_size']:,} readings "
-        "(one SQLite transaction each, as a source delivers them), on-disk SQLite WAL store, "
-        "pruned every 10 s to the retention. Target: >= 20,000 readings/s.",
+        (f"{r['sensors']:,} sensors at 5-minute steps, batches of {r['batch_size']:,} readings "
+         "(one SQLite transaction each, as a source delivers them), on-disk SQLite WAL store, "
+         "pruned every 10 s to the retention. Target: >= 20,000 readings/s."),
         "",
-        "| wall s | readings | readings/s (end to end) | readings/s (inside store.add) | "
-        "RSS start MiB | RSS end MiB | peak RSS start MiB | peak RSS end MiB | rows kept | "
-        "data span h | store MiB |",
+        ("| wall s | readings | readings/s (end to end) | readings/s (inside store.add) | "
+         "RSS start MiB | RSS end MiB | peak RSS start MiB | peak RSS end MiB | rows kept | "
+         "data span h | store MiB |"),
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        f"| {r['seconds']} | {r['readings']:,} | {r['rate_per_s']:,.0f} | "
-        f"{r['store_rate_per_s']:,.0f} | {r['rss_start_mib']:.1f} | {r['rss_end_mib']:.1f} | "
-        f"{r['peak_rss_start_mib']:.1f} | {r['peak_rss_end_mib']:.1f} | "
-        f"{r['rows_in_store']:,} | {r['data_span_h']:.1f} | {r['db_mib']:.1f} |",
+        (f"| {r['seconds']} | {r['readings']:,} | {r['rate_per_s']:,.0f} | "
+         f"{r['store_rate_per_s']:,.0f} | {r['rss_start_mib']:.1f} | {r['rss_end_mib']:.1f} | "
+         f"{r['peak_rss_start_mib']:.1f} | {r['peak_rss_end_mib']:.1f} | "
+         f"{r['rows_in_store']:,} | {r['data_span_h']:.1f} | {r['db_mib']:.1f} |"),
         "",
         "RSS every 5 s: `ingest_load.csv`. End to end includes building the Reading objects.",
         "",

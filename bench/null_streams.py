@@ -110,7 +110,7 @@ class NullNetwork:
         rng = np.random.default_rng([self.seed, stream_seed, 0x5EED])
         t0 = pd.Timestamp(start)
         t0 = t0.tz_localize("UTC") if t0.tzinfo is None else t0.tz_convert("UTC")
-        n_steps = int(round(days * DAY_S / self.step_s))
+        n_steps = round(days * DAY_S / self.step_s)
         secs = t0.timestamp() + self.step_s * np.arange(n_steps, dtype=np.float64)
         d = self.n_sensors
 

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -219,7 +219,7 @@ class HealthServer:
     def address(self) -> str:
         return f"http://{self._httpd.server_address[0]}:{self.port}"
 
-    def start(self) -> HealthServer:
+    def start(self) -> Self:
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="mmdwatch-health", daemon=True
         )
@@ -235,8 +235,9 @@ class HealthServer:
             self._thread = None
         self._httpd.server_close()
 
-    def __enter__(self) -> HealthServer:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -247,7 +248,7 @@ class HealthServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = "mmdwatch-health"
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server naming
+            def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 try:
                     snapshot = server._read()
@@ -273,7 +274,7 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 log.debug("health: " + format, *args)
 
         return Handler

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +20,7 @@ from connectors.mqtt.payload import (
 )
 from tests.fuzz.budget import count, fuzz_settings
 
-MAX_EPOCH = datetime(2200, 1, 1, tzinfo=timezone.utc).timestamp()
+MAX_EPOCH = datetime(2200, 1, 1, tzinfo=UTC).timestamp()
 PATTERNS = [None, "sensors/+/{sensor}", "{sensor}", "a/{sensor}/#", "site/{sensor}/value"]
 RECEIVED = 1_700_000_000.0
 
@@ -96,8 +96,8 @@ def _iso(dt: datetime, style: int) -> object:
     if style == 0:
         return dt.isoformat()  # naive = UTC
     if style == 1:
-        return dt.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
-    return dt.replace(tzinfo=timezone.utc).timestamp()  # epoch seconds
+        return dt.replace(tzinfo=UTC).isoformat().replace("+00:00", "Z")
+    return dt.replace(tzinfo=UTC).timestamp()  # epoch seconds
 
 
 @fuzz_settings(2500)
@@ -109,7 +109,7 @@ def test_well_formed_readings_are_accepted_exactly(batch: list) -> None:
     assert result.rejected == []
     assert len(result.readings) == len(items)
     for reading, (sensor, value, t, _) in zip(result.readings, batch, strict=True):
-        expected = t.replace(tzinfo=timezone.utc).timestamp()
+        expected = t.replace(tzinfo=UTC).timestamp()
         assert reading.sensor == sensor
         assert reading.value == float(value)
         assert math.isclose(reading.time, expected, abs_tol=1e-3)

@@ -133,7 +133,7 @@ def tmpfs(path: Path, size: str, readonly: bool = False) -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
     opts = f"size={size},mode=0700" + (",ro" if readonly else "")
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "mmdwatch-test", str(path)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip() or res.returncode}); "
                     "run as root with CAP_SYS_ADMIN to test disk trouble")
@@ -141,7 +141,7 @@ def tmpfs(path: Path, size: str, readonly: bool = False) -> Iterator[Path]:
         yield path
     finally:
         for _ in range(50):
-            if subprocess.run(["umount", str(path)], capture_output=True).returncode == 0:
+            if subprocess.run(["umount", str(path)], capture_output=True, check=False).returncode == 0:
                 break
             time.sleep(0.1)
 

@@ -45,7 +45,7 @@ def test_healthy_agent_answers_ok_and_metrics() -> None:
     assert "mmdwatch_source_connected 1" in samples
     assert "mmdwatch_healthy 1" in samples
     # every family announced once with HELP and TYPE
-    names = re.findall(r"^# TYPE (\S+) ", text, flags=re.M)
+    names = re.findall(r"^# TYPE (\S+) ", text, flags=re.MULTILINE)
     assert len(names) == len(set(names))
 
 

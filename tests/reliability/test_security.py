@@ -24,7 +24,7 @@ def _mmdwatch(*args: str, env: dict | None = None, cwd: Path | None = None
               ) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-c", "import sys; from monitor.cli import main; sys.exit(main())",
            *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd or ROOT,
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd or ROOT, check=False,
                           env={**os.environ, **(env or {})})
 
 
