@@ -39,7 +39,7 @@ def synthetic(setting: str, rng: np.random.Generator, *, d: int = 20, n_true: in
 
 
 def precision_recall_f1(selected: list[int] | np.ndarray, truth: np.ndarray) -> tuple[float, float, float]:
-    sel, tru = set(int(i) for i in selected), set(int(i) for i in truth)
+    sel, tru = {int(i) for i in selected}, {int(i) for i in truth}
     hits = len(sel & tru)
     precision = hits / len(sel) if sel else 0.0
     recall = hits / len(tru) if tru else 0.0

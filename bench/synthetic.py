@@ -50,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         res = METHODS[method](seed=rep).fit(x, y)
         secs = time.perf_counter() - t0
         p, r, f = precision_recall_f1(res.selected, truth)
-        row = dict(setting=setting, rep=rep, method=method, precision=p, recall=r, f1=f,
-                   seconds=secs, p_value=res.p_value, n_selected=len(res.selected),
-                   truth=" ".join(map(str, truth)), selected=" ".join(map(str, res.selected)))
+        row = {"setting": setting, "rep": rep, "method": method, "precision": p, "recall": r, "f1": f,
+                   "seconds": secs, "p_value": res.p_value, "n_selected": len(res.selected),
+                   "truth": " ".join(map(str, truth)), "selected": " ".join(map(str, res.selected))}
         if method == "cv-aggregation":
             for rule in RULES:
                 chosen, _ = select(res.scores, rule)
@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         return f"{mean:.2f} ± {0 if np.isnan(sd) else sd:.2f}"
 
     lines = ["# Synthetic benchmark (paper Section 5: D=20, |S|=2, n=m=200)", "",
-             f"Command: `python -m bench.synthetic --reps {args.reps} --null-reps {args.null_reps}`; "
+             (f"Command: `python -m bench.synthetic --reps {args.reps} --null-reps {args.null_reps}`; "
              f"{args.reps} repetitions per setting; {load_before} at start, "
-             f"{machine_load()} at end (shared machine: seconds are noisy).", "",
+             f"{machine_load()} at end (shared machine: seconds are noisy)."), "",
              "| setting | method | precision | recall | F1 | seconds |", "|---|---|---|---|---|---|"]
     for _, r in summary.iterrows():
         lines.append(f"| {r.setting} | {r.method} | {pm(r.precision_mean, r.precision_sd)} | "
@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(null):
         rate = float((null.p_value < 0.05).mean())
         lines += ["", f"## Null (P = Q), CVAggregation, {len(null)} repetitions", "",
-                  f"p_value < 0.05 in {int((null.p_value < 0.05).sum())} of {len(null)} "
+                  (f"p_value < 0.05 in {int((null.p_value < 0.05).sum())} of {len(null)} "
                   f"({rate:.1%}); median p_value {null.p_value.median():.3f}; "
                   f"mean variables selected {null.n_selected.mean():.2f}; "
-                  f"seconds {null.seconds.mean():.2f} ± {null.seconds.std():.2f}."]
+                  f"seconds {null.seconds.mean():.2f} ± {null.seconds.std():.2f}.")]
     text = "\n".join(lines) + "\n"
     (args.out / "synthetic.md").write_text(text)
     print(text)

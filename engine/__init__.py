@@ -28,8 +28,20 @@ METHODS = {
 }
 
 __all__ = [
-    "CVAggregation", "ModelSelection", "MMDBaseline", "RegressionBaseline", "METHODS",
-    "Selection", "OptimiserConfig", "FAST", "PAPER",
-    "EngineError", "EmptyInputError", "InvalidParameterError", "NonFiniteInputError",
-    "ShapeMismatchError", "TooFewSamplesError", "TooFewVariablesError",
+    "FAST",
+    "METHODS",
+    "PAPER",
+    "CVAggregation",
+    "EmptyInputError",
+    "EngineError",
+    "InvalidParameterError",
+    "MMDBaseline",
+    "ModelSelection",
+    "NonFiniteInputError",
+    "OptimiserConfig",
+    "RegressionBaseline",
+    "Selection",
+    "ShapeMismatchError",
+    "TooFewSamplesError",
+    "TooFewVariablesError",
 ]

@@ -230,7 +230,7 @@ class CVAggregation(_Selector):
             return self._trivial(prep, t0, self.n_lambdas)
         rng = np.random.default_rng(self.seed)
         lambdas, details = self._lambda_candidates(prep)
-        w, val_ratio, subsets, gate_p, split_p, _, epochs = self._split_fit(
+        w, val_ratio, _subsets, gate_p, split_p, _, epochs = self._split_fit(
             prep, lambdas, self.n_splits, rng)
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
@@ -325,7 +325,7 @@ class RegressionBaseline(_Selector):
 
     method = "regression-baseline"
 
-    def __init__(self, *, Cs: Any = None, cv: int = 5, **kwargs: Any) -> None:  # noqa: N803
+    def __init__(self, *, Cs: Any = None, cv: int = 5, **kwargs: Any) -> None:
         self.Cs = list(np.linspace(0.1, 4.0, 10)) if Cs is None else [float(c) for c in Cs]
         self.cv = int(cv)
         super().__init__(**kwargs)

@@ -66,7 +66,7 @@ def _split_one(n: int, block_size: int | None, n_splits: int, train_fraction: fl
                rng: np.random.Generator) -> tuple[PaddedIndex, PaddedIndex]:
     ids = block_ids(n, block_size)
     n_blocks = int(ids[-1]) + 1
-    n_train = min(max(int(round(n_blocks * train_fraction)), 2), n_blocks - 2)
+    n_train = min(max(round(n_blocks * train_fraction), 2), n_blocks - 2)
     order = np.argsort(rng.random((n_splits, n_blocks)), axis=1)
     train_rows, val_rows = [], []
     for k in range(n_splits):

@@ -47,7 +47,7 @@ def test_mmd2_and_variances_match_numpy(n, m, d, kind):
     x, y = rng.normal(size=(n, d)), rng.normal(1, 1.5, size=(m, d))
     w, gamma = rng.uniform(0.2, 2, d), rng.uniform(0.5, 2, d)
     kxx, kyy, kxy = (np_kernel(a, b, w, gamma, kind) for a, b in ((x, x), (y, y), (x, y)))
-    t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+    t = lambda a: torch.as_tensor(a, dtype=torch.float64)
     tk = [ard_kernel(t(a), t(b), t(w), t(gamma), kind) for a, b in ((x, x), (y, y), (x, y))]
     np.testing.assert_allclose(tk[2].numpy(), kxy, rtol=1e-10)
     mmd2, var = mmd2_and_variance(*tk, variance="projection")
@@ -66,7 +66,7 @@ def test_masked_estimates_equal_unpadded():
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(8, 3)), rng.normal(0.5, 1, size=(6, 3))
     gamma, w = torch.ones(3, dtype=torch.float64), torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64)
-    t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+    t = lambda a: torch.as_tensor(a, dtype=torch.float64)
     ref = mmd2_and_variance(ard_kernel(t(x), t(x), w, gamma), ard_kernel(t(y), t(y), w, gamma),
                             ard_kernel(t(x), t(y), w, gamma), variance="projection")
     xp = np.vstack([x, rng.normal(size=(3, 3))])  # 3 padded rows that must be ignored
@@ -100,7 +100,7 @@ def test_linear_estimator_matches_numpy():
     n, d = 12, 3
     x, y = rng.normal(size=(n, d)), rng.normal(0.4, 1, size=(n, d))
     w, gamma = np.ones(d), np.ones(d)
-    k = lambda a, b: np_kernel(a[None], b[None], w, gamma, "gaussian")[0, 0]  # noqa: E731
+    k = lambda a, b: np_kernel(a[None], b[None], w, gamma, "gaussian")[0, 0]
     h = np.array([k(x[2 * i], x[2 * i + 1]) + k(y[2 * i], y[2 * i + 1]) - k(x[2 * i], y[2 * i + 1])
                   - k(x[2 * i + 1], y[2 * i]) for i in range(n // 2)])
     ref_var = np.mean([(h[2 * l] - h[2 * l + 1]) ** 2 for l in range(n // 4)])  # (4/n) sum

@@ -22,7 +22,7 @@ from engine import (
     TooFewVariablesError,
 )
 
-QUICK = dict(optimiser=OptimiserConfig(max_epochs=80), p_value_permutations=199, device="cpu")
+QUICK = {"optimiser": OptimiserConfig(max_epochs=80), "p_value_permutations": 199, "device": "cpu"}
 CONTRACT_KEYS = {"method", "labels", "scores", "selected", "p_value", "threshold", "lambdas",
                  "scores_per_lambda", "split_p_values", "params", "device", "seed", "runtime_s"}
 
