@@ -81,8 +81,8 @@ def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
         raise ConnectorError(f"no time column found among {', '.join(columns)}; name it with "
                              "time_col (or --time-col)")
     rest = [c for c in columns if c != time_col]
-    textual = [c for c in rest if not pd.api.types.is_numeric_dtype(frame[c])]
-    numeric = [c for c in rest if pd.api.types.is_numeric_dtype(frame[c])]
+    numeric = [c for c in rest if _mostly_numeric(frame[c])]
+    textual = [c for c in rest if c not in numeric]
     if layout == "auto":
         layout = "long" if (sensor_col or value_col or textual) else "wide"
     if layout == "wide":
@@ -106,6 +106,17 @@ def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
                              f"{', '.join(c for c in rest if c != sensor_col)}; name it with "
                              "value_col (or --value-col)")
     return "long", time_col, sensor_col, value_col
+
+
+def _mostly_numeric(column: pd.Series) -> bool:
+    """A value column with a few unparsable cells ("n/a", "ERR") is still a value column:
+    those rows are dropped and counted later instead of making the whole file unreadable."""
+    if pd.api.types.is_numeric_dtype(column):
+        return True
+    present = column.dropna()
+    if present.empty or pd.api.types.is_bool_dtype(present):
+        return False
+    return bool(pd.to_numeric(present, errors="coerce").notna().mean() >= 0.9)
 
 
 def _parse_times(column: pd.Series, timezone: str) -> pd.Series:

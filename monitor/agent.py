@@ -163,6 +163,8 @@ class Agent:
             health = self.source.health() if isinstance(self.source, StreamSource) else {}
             if "connected" in health:
                 self.metrics.set_source_connected(bool(health["connected"]))
+            if "rejected" in health:
+                self.metrics.set_source_rejected(health["rejected"])
             while not self._stopping.is_set():
                 pending = self.due(limit=1)
                 if not pending:

@@ -20,7 +20,10 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.readings_accepted = 0
-        self.readings_rejected: Counter[str] = Counter()
+        self.readings_rejected: Counter[str] = Counter()  # by the store
+        # Sources count their own rejections (a payload never becomes a reading); they
+        # report cumulative totals, copied here on each agent tick.
+        self.source_rejected: dict[str, int] = {}
         self.inspections: Counter[str] = Counter()
         self.inspection_seconds_sum = 0.0
         self.inspection_seconds_count = 0
@@ -41,6 +44,10 @@ class Metrics:
     def rejected(self, reason: str, count: int = 1) -> None:
         with self._lock:
             self.readings_rejected[reason] += count
+
+    def set_source_rejected(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            self.source_rejected = {str(k): int(v) for k, v in counts.items() if v}
 
     def inspection(self, status: str, seconds: float, error: str | None = None) -> None:
         with self._lock:
@@ -71,7 +78,8 @@ class Metrics:
         with self._lock:
             return {
                 "readings_accepted": self.readings_accepted,
-                "readings_rejected": dict(self.readings_rejected),
+                "readings_rejected": dict(self.readings_rejected
+                                          + Counter(self.source_rejected)),
                 "inspections": dict(self.inspections),
                 "inspection_seconds_sum": self.inspection_seconds_sum,
                 "inspection_seconds_count": self.inspection_seconds_count,

@@ -93,3 +93,18 @@ def test_window_reads_and_replay_at_speed(tmp_path):
     times = [r.time for _, b in got for r in b]
     assert times == sorted(times)
     assert source.health()["accepted"] == 12
+
+
+def test_a_few_unparsable_cells_are_counted_not_fatal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One "ERR" in the value column must not make the whole file unreadable."""
+    from collections import Counter
+
+    rows = ["time,sensor,value"]
+    rows += [f"2026-01-01T{h:02d}:00:00Z,s{h % 3},{h}.5" for h in range(24)]
+    rows += ["2026-01-01T05:00:00Z,s1,ERR", "yesterday-ish,s2,1.0"]
+    path = tmp_path / "readings.csv"
+    path.write_text("\n".join(rows) + "\n")
+    rejected: Counter[str] = Counter()
+    frame = read_readings(path, rejected=rejected)
+    assert len(frame) == 24
+    assert rejected["bad_value"] == 1 and rejected["bad_time"] == 1

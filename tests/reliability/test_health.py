@@ -138,6 +138,8 @@ def test_running_agent_serves_health_and_metrics(tmp_path) -> None:  # type: ign
 
     data = tmp_path / "network.csv"
     h.network_csv(data, seed=12)
+    with data.open("a") as fh:  # rows the file source must count, not store
+        fh.write("2026-01-01T00:00:00Z,s01,not-a-number\nnot-a-time,s01,1.0\n")
     port = free_port()
     config = h.fast_config(tmp_path / "state")
     config["source"] = {"type": "file", "path": str(data)}
@@ -156,6 +158,11 @@ def test_running_agent_serves_health_and_metrics(tmp_path) -> None:  # type: ign
             return int(float(line.split()[1]))
 
         assert h.wait_for(lambda: accepted() == total, timeout=120)
+        samples = ['mmdwatch_readings_rejected_total{reason="%s"} 1' % reason
+                   for reason in ("bad_value", "bad_time")]
+        # the agent copies the source's rejection counts on its next tick (poll: 1 s)
+        assert h.wait_for(lambda: all(s in _get(url + "/metrics")[2] for s in samples),
+                          timeout=30), _get(url + "/metrics")[2]
         code, _, body = _get(url + "/healthz")
         assert code == 200 and json.loads(body)["status"] == "ok", body
         time.sleep(0.1)
