@@ -158,7 +158,7 @@ def test_running_agent_serves_health_and_metrics(tmp_path) -> None:  # type: ign
             return int(float(line.split()[1]))
 
         assert h.wait_for(lambda: accepted() == total, timeout=120)
-        samples = ['mmdwatch_readings_rejected_total{reason="%s"} 1' % reason
+        samples = ["mmdwatch_readings_rejected_total{reason=\"" + reason + "\"} 1"
                    for reason in ("bad_value", "bad_time")]
         # the agent copies the source's rejection counts on its next tick (poll: 1 s)
         assert h.wait_for(lambda: all(s in _get(url + "/metrics")[2] for s in samples),
