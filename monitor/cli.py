@@ -48,6 +48,10 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sensor-col", help="name of the sensor column (--data, long layout)")
     p.add_argument("--value-col", help="name of the value column (--data, long layout)")
     p.add_argument("--report", type=Path, metavar="DIR", help="also write a report here")
+    p.add_argument("--sensors-file", type=Path, metavar="CSV",
+                   help="sensor_id,x,y per sensor: draws the network map in the report")
+    p.add_argument("--links-file", type=Path, metavar="CSV",
+                   help="x1,y1,x2,y2 per pipe or road, drawn under the map's sensors")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +126,9 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
             else args.block_size
     if args.site:
         raw["site"] = args.site
+    for key in ("sensors_file", "links_file"):
+        if getattr(args, key) is not None:
+            raw[key] = str(getattr(args, key))
     return validate_config(raw, origin=str(args.config or "command line"))
 
 

@@ -36,10 +36,12 @@ def test_help_does_not_import_heavy_modules():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LTOWN.exists(), reason="shared L-Town data not present")
-def test_inspect_ltown_fires_on_the_leak_sensors():
+def test_inspect_ltown_fires_on_the_leak_sensors(tmp_path):
     truth = json.loads((LTOWN / "ground_truth.json").read_text())
     at = truth["inspection_time"].replace(" ", "T")
-    out = mmdwatch("inspect", "--data", str(LTOWN / "pressures.csv.gz"), "--at", at)
+    out = mmdwatch("inspect", "--data", str(LTOWN / "pressures.csv.gz"), "--at", at,
+                   "--report", str(tmp_path), "--sensors-file", str(LTOWN / "sensors.csv"),
+                   "--links-file", str(LTOWN / "network_links.csv"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1  # stdout carries exactly one result
@@ -56,6 +58,9 @@ def test_inspect_ltown_fires_on_the_leak_sensors():
     for key in ("lambdas", "scores_per_lambda", "threshold"):
         assert key in result["engine"]
     assert result["fingerprint"] and result["generator"]["runtime_s"] > 0
+    # --sensors-file/--links-file reach the report without a config: the map is drawn
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "network_map.png").is_file() and (folder / "index.html").is_file()
 
 
 @pytest.mark.slow
