@@ -91,7 +91,10 @@ class ProblemSet:
     def statistics(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """MMD^2 estimate and its variance estimate, each (K, L), for weights (K, L, D)."""
         s = kernel_scale(weights, self.gamma, self.kernel)
-        k = torch.exp(-torch.bmm(s, self.delta))  # (K, L, P)
+        # k - 1, not k: MMD^2 and its variance do not change when a constant is added to
+        # every kernel value, and with small weights k = 1 - tiny, so in float32 sums of k
+        # cancel to rounding noise while sums of expm1 = k - 1 keep their precision.
+        k = torch.expm1(-torch.bmm(s, self.delta))  # (K, L, P)
         if self.estimator == "linear":
             q = self.n // 2
             kxx, kyy, kxa, kxb = k.split([q, q, q, q], dim=-1)
