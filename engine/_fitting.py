@@ -206,3 +206,20 @@ def gate_pvalues(val: Validation, subsets: np.ndarray, *, n_projections: int,
         torch.as_tensor(proj, dtype=val.z.dtype, device=val.z.device),
     ).cpu().numpy()
     return p[which]
+
+
+def gate_mmd_pvalues(val: Validation, weights: torch.Tensor, subsets: np.ndarray,
+                     gamma: torch.Tensor, kernel: KernelName) -> np.ndarray:
+    """MMD permutation p-values (K, L) of validation data under each learned ARD kernel
+    (weights (K, L, A)) restricted to its selected subset (K, L, A) bool; an empty subset
+    gets p = 1. More powerful than the sliced Wasserstein gate for changes of scale or
+    shape, because the kernel is the one trained (on the training half) to detect them."""
+    k_sets, n_lambda, n_vars = weights.shape
+    mask = torch.as_tensor(subsets, dtype=weights.dtype, device=weights.device)
+    w = (weights.abs() * mask).reshape(k_sets * n_lambda, n_vars)
+    z = val.z.repeat_interleave(n_lambda, 0)
+    kmat = kernel_matrices(z, w, gamma, kernel)
+    p = mmd_permutation_pvalues(kmat, val.labels.repeat_interleave(n_lambda, 0),
+                                val.valid.repeat_interleave(n_lambda, 0)).cpu().numpy()
+    p = np.where(subsets.reshape(k_sets * n_lambda, n_vars).any(-1), p, 1.0)
+    return p.reshape(k_sets, n_lambda)
