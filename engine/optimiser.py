@@ -43,12 +43,13 @@ class OptimiserConfig:
 
     ``FAST`` (the engine default): log scale, lr 0.5 (the paper's plateau reduction,
     patience 10, brings it down),
-    20-epoch window, 100-epoch cap, snap 0.05. On the CV batches of
-    ``python -m bench.speed`` it reaches a lower mean objective than ``PAPER`` in a small
-    fraction of the epochs (see bench/results/speed.md for the figures and the share of
-    problems where it does). On weak-signal batches (wider variances) some problems stall
-    after an early lr cut; patience 40 fixes that (mean objective 7.2 -> 2.5) but selected
-    worse (python -m bench.synthetic, mean F1 0.72 vs 0.76), so it is not the default.
+    20-epoch window, 100-epoch cap, snap 0.05. On the shifted-means CV batch of
+    ``python -m bench.speed`` it reaches a lower mean objective than ``PAPER`` (1.173 vs
+    1.194) in an eighth of the epochs, but on the wider-variances batch a higher one (7.18
+    vs 2.16): there a third of the weak-signal problems stall after an early lr cut (see
+    bench/results/speed.md). Patience 40 fixes the stall (mean objective 7.2 -> 2.5) but
+    selected worse (python -m bench.synthetic, mean F1 0.72 vs 0.76), so it is not the
+    default.
     """
 
     lr: float = 0.02
