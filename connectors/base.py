@@ -103,7 +103,7 @@ class WindowSource(abc.ABC):
     def watermark(self) -> pd.Timestamp | None:
         """Time of the newest reading available (for ``clock: data``), or None if empty."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release resources."""
 
 
@@ -122,5 +122,5 @@ class Sink(abc.ABC):
     def send(self, result: dict[str, Any]) -> None:
         """Deliver one result; return only once it is confirmed. Raise SinkError otherwise."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release resources."""

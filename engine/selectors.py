@@ -80,6 +80,14 @@ class _Selector:
         self.n_threads = n_threads
         self._check()
 
+    def fit(self, x: Any, y: Any) -> Selection:
+        """Select the variables in which X (n, D) and Y (m, D) differ."""
+        with F.torch_threads(self.n_threads):
+            return self._fit(x, y)
+
+    def _fit(self, x: Any, y: Any) -> Selection:  # the method, in each subclass
+        raise NotImplementedError
+
     def _check(self) -> None:
         check_rule(self.selection)
         check_kernel(self.kernel)
@@ -229,11 +237,6 @@ class CVAggregation(_Selector):
         if self.n_splits < 1 or self.n_lambdas < 2 or self.lambda_lower <= 0:
             raise InvalidParameterError("need n_splits >= 1, n_lambdas >= 2, lambda_lower > 0")
 
-    def fit(self, x: Any, y: Any) -> Selection:
-        """Select the variables in which X (n, D) and Y (m, D) differ."""
-        with F.torch_threads(self.n_threads):
-            return self._fit(x, y)
-
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
         prep = self._prepare(x, y)
@@ -270,11 +273,6 @@ class ModelSelection(_Selector):
         self.gate_alpha = float(gate_alpha)
         super().__init__(**kwargs)
 
-    def fit(self, x: Any, y: Any) -> Selection:
-        """Select the variables in which X (n, D) and Y (m, D) differ."""
-        with F.torch_threads(self.n_threads):
-            return self._fit(x, y)
-
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
         prep = self._prepare(x, y)
@@ -303,11 +301,6 @@ class MMDBaseline(_Selector):
     weights are re-learned on the training half, tested on the other)."""
 
     method = "mmd-baseline"
-
-    def fit(self, x: Any, y: Any) -> Selection:
-        """Select the variables in which X (n, D) and Y (m, D) differ."""
-        with F.torch_threads(self.n_threads):
-            return self._fit(x, y)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
@@ -352,11 +345,6 @@ class RegressionBaseline(_Selector):
             # scikit-learn 1.8+ announces renamed parameters; the fit is the same.
             warnings.simplefilter("ignore", FutureWarning)
             return clf.fit(z, labels)
-
-    def fit(self, x: Any, y: Any) -> Selection:
-        """Select the variables in which X (n, D) and Y (m, D) differ."""
-        with F.torch_threads(self.n_threads):
-            return self._fit(x, y)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()

@@ -408,6 +408,6 @@ def load_config(path: str | Path, *, env: dict[str, str] | None = None,
         return validate_config(raw, env=env, origin=str(path), require_source=require_source)
     except RecursionError:
         # YAML aliases can make a value contain itself (a: &x [*x]), or nest absurdly deep
-        raise ConfigError(["(top level): the YAML nests too deeply or refers to itself "
-                           "through an alias (&name / *name); write the values out plainly"],
+        raise ConfigError([("(top level): the YAML nests too deeply or refers to itself "
+                            "through an alias (&name / *name); write the values out plainly")],
                           str(path)) from None
