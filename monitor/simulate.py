@@ -24,7 +24,7 @@ class Scenario:
     step: str = "10min"
     change_at: str | None = "2026-01-12T06:00:00Z"
     #: sensor -> pressure change (m) from change_at on
-    changes: dict[str, float] = field(default_factory=lambda: {"s04": -0.9, "s11": -0.6})
+    changes: dict[str, float] = field(default_factory=lambda: {"s04": -0.9, "s06": -0.9})
     zones: int = 3
     drop_fraction: float = 0.001
     seed: int = 7
