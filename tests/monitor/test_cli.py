@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from monitor.simulate import Scenario, simulate, write_csv
+from tests.shared_data import LTOWN
 
 ROOT = Path(__file__).resolve().parents[2]
-LTOWN = ROOT.parent / "shared" / "data" / "ltown-leak-dev"
-if not LTOWN.exists():
-    LTOWN = Path("/work/shared/data/ltown-leak-dev")
 
 
 def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

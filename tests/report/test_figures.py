@@ -14,8 +14,7 @@ from monitor.report import style
 from monitor.report.errors import ReportInputError
 from monitor.report.example import example_inspection
 from monitor.report.view import InspectionView
-
-LTOWN = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ltown-leak-dev"
+from tests.shared_data import LTOWN
 
 
 @pytest.mark.parametrize(("n_sensors", "n_lambdas"), [(5, 3), (33, 6), (80, 8)])
