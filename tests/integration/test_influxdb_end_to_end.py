@@ -42,7 +42,12 @@ def test_inspection_from_influxdb_and_points_written_back(tmp_path, influxd):
 
     result = json.loads(results.read_text().splitlines()[0])
     assert result["status"] == "firing"
-    assert set(sc.CHANGED) <= set(result["selected_sensors"])
+    # The changed sensors lead the ranking and only changed sensors are selected. (Not
+    # necessarily all three: the L1-penalised selection can leave out a change that adds
+    # little once the others already separate the windows; the MQTT e2e checks all three.)
+    top = [s["sensor_id"] for s in result["sensors"][:len(sc.CHANGED)]]
+    assert set(top) == set(sc.CHANGED), top
+    assert result["selected_sensors"] and set(result["selected_sensors"]) <= set(sc.CHANGED)
     assert result["windows"]["before"]["n"] == result["windows"]["after"]["n"] == 168
 
     series = written()[0]
