@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 import httpx
 
@@ -86,8 +86,43 @@ def influxd_binary() -> str:
     return found
 
 
+class _ChildServer:
+    """Stop/context-manager plumbing shared by the server fixtures: each runs as a child
+    process (``Popen`` -> ``terminate`` -> ``wait``; never daemonised) with its log file."""
+
+    _proc: subprocess.Popen | None
+    _log: object
+    _stop_timeout: ClassVar[float] = 10.0
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=self._stop_timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()  # type: ignore[attr-defined]
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @dataclass
-class MosquittoServer:
+class MosquittoServer(_ChildServer):
     """One mosquitto broker on 127.0.0.1.
 
     ``username``/``password`` set: anonymous access refused. ``tls`` set: the listener
@@ -155,27 +190,10 @@ class MosquittoServer:
             raise
         return self
 
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-        if self._log is not None:
-            self._log.close()  # type: ignore[attr-defined]
-            self._log = None
-
     def restart(self) -> None:
         """Stop and start again on the same port (sessions kept when ``persistent``)."""
         self.stop()
         self.start()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def client_kwargs(self) -> dict:
         """Keys of an mmdwatch MQTT source/sink config that reach this broker."""
@@ -187,15 +205,9 @@ class MosquittoServer:
             out["tls"] = {"ca_certs": str(self.tls.cert)}
         return out
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 @dataclass
-class InfluxServer:
+class InfluxServer(_ChildServer):
     """One influxd 1.x on 127.0.0.1 (HTTP port + its own RPC port).
 
     ``username``/``password`` set: auth enabled, that user created as admin. ``tls`` set:
@@ -211,6 +223,7 @@ class InfluxServer:
     host: str = "127.0.0.1"
     _proc: subprocess.Popen | None = field(default=None, repr=False)
     _log: object = field(default=None, repr=False)
+    _stop_timeout: ClassVar[float] = 15.0
 
     @property
     def url(self) -> str:
@@ -314,22 +327,3 @@ class InfluxServer:
             r = c.post("/write", params={"db": db, "precision": precision}, content=body)
             if r.status_code != 204:
                 raise RuntimeError(f"influx write failed: {r.status_code} {r.text}")
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-        if self._log is not None:
-            self._log.close()  # type: ignore[attr-defined]
-            self._log = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
