@@ -26,7 +26,7 @@ from monitor.report import html as H
 from monitor.report import style
 from monitor.report.errors import ReportInputError, ReportWriteError
 from monitor.report.figures import Drawn
-from monitor.report.output import render_figure, write_text
+from monitor.report.output import render_figure, write_pages, write_text
 from monitor.report.view import InspectionView
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,9 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
     elapsed = time.perf_counter() - started
     manifest = {"folder": folder.name, "generation_s": round(elapsed, 3),
                 "inspections": len(views), "figures": [r.to_dict() for r in records]}
-    try:
-        write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
-        write_text(folder / "index.html", _index_page(views, records, elapsed))
-    except OSError as exc:
-        raise ReportWriteError(
-            f"cannot write the backfill report pages in {str(folder)!r} ({exc}); pass a "
-            "writable --report directory with free space") from exc
+    write_pages(folder, manifest, _index_page(views, records, elapsed),
+                what="backfill report pages",
+                fix="pass a writable --report directory with free space")
     log.info("backfill report %s written in %.2fs", folder, elapsed)
     return folder
 

@@ -26,7 +26,7 @@ from monitor.report import figures as figs
 from monitor.report import html as H
 from monitor.report import style
 from monitor.report.errors import ReportInputError, ReportWriteError
-from monitor.report.output import render_figure, write_text
+from monitor.report.output import render_figure, write_pages, write_text
 from monitor.report.view import InspectionView
 
 if TYPE_CHECKING:
@@ -82,13 +82,8 @@ def write_inspection_report(
     elapsed = time.perf_counter() - started
     manifest = {"folder": folder.name, "generation_s": round(elapsed, 3),
                 "figures": [r.to_dict() for r in records]}
-    try:
-        write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
-        write_text(folder / "index.html", _index_page(view, records, elapsed))
-    except OSError as exc:
-        raise ReportWriteError(
-            f"cannot write the report pages in {str(folder)!r} ({exc}); make report_dir a "
-            "writable directory with free space") from exc
+    write_pages(folder, manifest, _index_page(view, records, elapsed), what="report pages",
+                fix="make report_dir a writable directory with free space")
     log.info("inspection report %s written in %.2fs (%d figures drawn)", folder,
              elapsed, sum(r.status == "drawn" for r in records))
     return folder

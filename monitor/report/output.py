@@ -2,13 +2,15 @@
 exception), and text files replaced atomically so a reader never sees half a page."""
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from monitor.report import html as H
 from monitor.report import style
-from monitor.report.errors import ReportInputError
+from monitor.report.errors import ReportInputError, ReportWriteError
 from monitor.report.figures import Drawn
 
 log = logging.getLogger(__name__)
@@ -48,3 +50,15 @@ def write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+def write_pages(folder: Path, manifest: dict[str, Any], page: str, *, what: str,
+                fix: str) -> None:
+    """Write a report's ``report.json`` and ``index.html``; a failure to write becomes a
+    :class:`ReportWriteError` that names ``what`` could not be written and the ``fix``."""
+    try:
+        write_text(folder / "report.json", json.dumps(manifest, indent=2, default=str) + "\n")
+        write_text(folder / "index.html", page)
+    except OSError as exc:
+        raise ReportWriteError(
+            f"cannot write the {what} in {str(folder)!r} ({exc}); {fix}") from exc
