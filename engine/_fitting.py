@@ -101,7 +101,8 @@ def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: str,
     samples = prepare_samples(x_in, y_in, block_size=block_size)
     active = np.flatnonzero(~samples.constant)
     xa, ya = samples.x[:, active], samples.y[:, active]
-    gamma = length_scales(np.concatenate([xa, ya]), heuristic) if active.size else np.ones(0)
+    gamma = (length_scales(np.concatenate([xa, ya]), heuristic, device) if active.size
+             else np.ones(0))
     return Prepared(
         samples, active,
         torch.as_tensor(xa, dtype=dtype, device=device),

@@ -43,14 +43,6 @@ def _masked_sums(kxx, kyy, kxy, mx, my):
     return rxx, ryy, rxy, cxy
 
 
-def _counts(kxx, kyy, mx, my):
-    if mx is None:
-        n = torch.full((), kxx.shape[-1], dtype=kxx.dtype, device=kxx.device)
-        m = torch.full((), kyy.shape[-1], dtype=kyy.dtype, device=kyy.device)
-        return n, m
-    return mx.sum(-1), my.sum(-1)
-
-
 def _diag_mean(k: torch.Tensor) -> torch.Tensor:
     return torch.diagonal(k, dim1=-2, dim2=-1)
 
@@ -63,20 +55,42 @@ def mmd2_and_variance(
     """Unbiased MMD^2_U and its variance estimate, each of shape (...)."""
     if (mx is None) != (my is None):
         raise ValueError("pass both masks or neither")
-    rxx, ryy, rxy, cxy = _masked_sums(kxx, kyy, kxy, mx, my)
-    n, m = _counts(kxx, kyy, mx, my)
-    dx, dy = _diag_mean(kxx), _diag_mean(kyy)  # k(x, x); 1 for both ARD kernels
+    sums = _masked_sums(kxx, kyy, kxy, mx, my)
+    return mmd2_and_variance_from_sums(
+        *sums, _diag_mean(kxx), _diag_mean(kyy), mx, my, variance=variance,
+        n_rows=(kxx.shape[-1], kyy.shape[-1]),
+    )
+
+
+def mmd2_and_variance_from_sums(
+    rxx: torch.Tensor, ryy: torch.Tensor, rxy: torch.Tensor, cxy: torch.Tensor,
+    dx: torch.Tensor | float, dy: torch.Tensor | float,
+    mx: torch.Tensor | None, my: torch.Tensor | None, *, variance: VarianceName = "auto",
+    n_rows: tuple[int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MMD^2_U and its variance from kernel row sums (what both need, and all they need).
+
+    ``rxx`` (..., n) = sum_j mx_j kxx_ij (diagonal included), ``ryy`` (..., m), ``rxy``
+    (..., n) = sum_j my_j kxy_ij, ``cxy`` (..., m) = sum_i mx_i kxy_ij; ``dx``, ``dy`` the
+    diagonals k(x_i, x_i) (..., n), (..., m) or one number for all; ``n_rows`` the padded
+    row counts. Row sums can come from the full blocks (:func:`mmd2_and_variance`) or from
+    the pairs i < j only (:class:`engine.problems.ProblemSet`, a third less work).
+    """
+    n_pad, m_pad = n_rows
     if mx is None:
-        sxx = rxx.sum(-1) - dx.sum(-1)
-        syy = ryy.sum(-1) - dy.sum(-1)
+        n = torch.full((), n_pad, dtype=rxx.dtype, device=rxx.device)
+        m = torch.full((), m_pad, dtype=ryy.dtype, device=ryy.device)
+        sxx = rxx.sum(-1) - (dx.sum(-1) if torch.is_tensor(dx) else dx * n_pad)
+        syy = ryy.sum(-1) - (dy.sum(-1) if torch.is_tensor(dy) else dy * m_pad)
         sxy = rxy.sum(-1)
     else:
+        n, m = mx.sum(-1), my.sum(-1)
         sxx = ((rxx - dx) * mx).sum(-1)
         syy = ((ryy - dy) * my).sum(-1)
         sxy = (rxy * mx).sum(-1)
     mmd2 = sxx / (n * (n - 1)) + syy / (m * (m - 1)) - 2 * sxy / (n * m)
 
-    paired_ok = mx is None and kxx.shape[-1] == kyy.shape[-1]
+    paired_ok = mx is None and n_pad == m_pad
     if variance == "paired" and not paired_ok:
         raise ValueError("the paired variance needs n = m and no masks; use 'projection'")
     if variance == "paired" or (variance == "auto" and paired_ok):

@@ -65,6 +65,7 @@ class OptimiserConfig:
     nonnegative: bool = False
     log_scale: bool = False
     snap: float = 0.0
+    backtrack: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.lr > 0 and self.max_epochs >= 1 and self.window >= 2 and self.tol >= 0):
@@ -75,7 +76,8 @@ class OptimiserConfig:
 
 
 PAPER = OptimiserConfig(lr=0.01, max_epochs=99_999, window=100, min_lr=0.0, nonnegative=False)
-FAST = OptimiserConfig(lr=0.5, max_epochs=100, window=20, log_scale=True, snap=0.05)
+FAST = OptimiserConfig(lr=0.5, max_epochs=100, window=20, log_scale=True, snap=0.05,
+                       backtrack=0.1)
 
 
 @dataclass
@@ -127,11 +129,31 @@ def minimise(
     b1, b2 = config.betas
     epoch = 0
     weights_of = torch.exp if config.log_scale else (lambda w: w)
+    best_a = a.detach().clone()
+    lowest = torch.full(shape, float("inf"), dtype=dtype, device=device)
     for epoch in range(config.max_epochs):
         loss = problems.loss(weights_of(a), lambdas, objective)
         (grad,) = torch.autograd.grad(loss.sum(), a)
         with torch.no_grad():
             loss = loss.detach()
+            lower = loss < lowest
+            lowest = torch.where(lower, loss, lowest)
+            best_a = torch.where(lower.unsqueeze(-1), a, best_a)
+            if config.backtrack is not None:
+                # A step that raised the objective by more than `backtrack` overshot (large
+                # multiplicative steps can jump into the collapsed-kernel plateau where every
+                # off-diagonal kernel value is ~0 and the gradient vanishes): go back to the
+                # best point, halve the step size and restart Adam's moments there.
+                blown = (loss > lowest + config.backtrack) & active
+                if bool(blown.any()):
+                    a.copy_(torch.where(blown.unsqueeze(-1), best_a, a))
+                    keep = (~blown).unsqueeze(-1).to(dtype)
+                    m1.mul_(keep)
+                    m2.mul_(keep)
+                    steps = torch.where(blown, 0, steps)
+                    lr = torch.where(blown, lr * 0.5, lr)
+                    grad = grad * keep
+                    loss = torch.where(blown, lowest, loss)
             ring[epoch % config.window] = loss
             # Plateau: no relative improvement for `patience` epochs -> lr *= factor.
             improved = torch.isinf(best) | (loss < best - config.threshold * best.abs())
@@ -160,7 +182,10 @@ def minimise(
         if epoch % 10 == 9 and not bool(active.any()):
             break
     with torch.no_grad():
-        a = weights_of(a.detach())
+        # The best point seen (Adam's last iterate can sit above it).
+        final_now = problems.loss(weights_of(a.detach()), lambdas, objective)
+        a = torch.where((final_now <= lowest).unsqueeze(-1), a.detach(), best_a)
+        a = weights_of(a)
         final = problems.loss(a, lambdas, objective)
         if config.snap > 0:
             # Weights far below the problem's largest are set to exactly 0 where that

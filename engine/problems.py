@@ -3,7 +3,10 @@
 K data sets (the full sample, or K train or validation splits) each carry L weight vectors
 (one per lambda): B = K * L problems. The per-variable differences of every row pair are
 computed once per data set, shape (K, D, P), so the kernels of all weight vectors are one
-batched matrix product (K, L, D) @ (K, D, P) per evaluation.
+batched matrix product (K, L, D) @ (K, D, P) per evaluation. Within X and within Y only
+the pairs i < j are kept (the blocks are symmetric and their diagonals constant): a third
+fewer pairs than the full blocks, and this product, reading ``delta`` forward and back, is
+most of an epoch's time.
 """
 from __future__ import annotations
 
@@ -13,8 +16,12 @@ from typing import Literal
 
 import torch
 
-from engine.estimators import linear_mmd2_and_variance, mmd2_and_variance, power_ratio
-from engine.kernels import KernelName, differences, kernel_scale
+from engine.estimators import (
+    linear_mmd2_and_variance,
+    mmd2_and_variance_from_sums,
+    power_ratio,
+)
+from engine.kernels import KernelName, differences, kernel_scale, pair_differences
 
 EstimatorName = Literal["quadratic", "linear"]
 ObjectiveName = Literal["ratio", "mmd"]
@@ -31,13 +38,119 @@ def log_positive(mmd2: torch.Tensor, floor: float = MMD2_FLOOR) -> torch.Tensor:
     return torch.where(mmd2 > floor, torch.log(safe), math.log(floor) + mmd2 / floor - 1)
 
 
+def circulant_pairs(n: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row pairs ``(i, (i + s) mod n)`` for shifts s = 1 .. n//2, slab by slab: (n//2 * n,)
+    each. Every unordered pair i != j appears once, except for even n the pairs of shift
+    n/2, which appear twice (their values get weight 1/2, see :func:`pair_weights`).
+
+    This layout, unlike ``triu_indices``, gives row sums of the symmetric matrix without
+    scatter or gather (:func:`pair_row_sums`)."""
+    shifts = torch.arange(1, n // 2 + 1, device=device)
+    first = torch.arange(n, device=device).repeat(len(shifts))
+    second = (first + shifts.repeat_interleave(n)) % n
+    return first, second
+
+
+def pair_weights(n: int, mask: torch.Tensor | None, dtype: torch.dtype,
+                 device: torch.device) -> torch.Tensor | None:
+    """Weights (..., n//2 * n) of the circulant pairs: 1/2 on the doubled slab (even n),
+    times ``mask_i * mask_j`` for padded rows; None when all are 1."""
+    n_slabs = n // 2
+    w = torch.ones(n_slabs, n, dtype=dtype, device=device)
+    if n % 2 == 0 and n_slabs:
+        w[-1] = 0.5
+    w = w.flatten()
+    if mask is not None:
+        first, second = circulant_pairs(n, device)
+        w = w * mask[..., first] * mask[..., second]
+    elif n % 2 == 1:
+        return None
+    return w
+
+
+def pair_row_sums(values: torch.Tensor, n: int) -> torch.Tensor:
+    """Row sums (..., n) of a symmetric matrix with zero diagonal, given its circulant pair
+    values (..., n//2 * n) (already weighted). Row i collects slab s at i (pair (i, i+s))
+    and at i - s (pair (i-s, i)); the second is a strided view of the slabs laid twice
+    side by side, where slab s read from offset n - s is slab s rolled by s."""
+    n_slabs = n // 2
+    slabs = values.unflatten(-1, (n_slabs, n))
+    twice = torch.cat([slabs, slabs], dim=-1)  # (..., S, 2n), contiguous
+    lead = twice.shape[:-2]
+    rolled = twice.as_strided(
+        (*lead, n_slabs, n), (*twice.stride()[:-2], 2 * n - 1, 1),
+        twice.storage_offset() + n - 1,
+    )
+    return slabs.sum(-2) + rolled.sum(-2)
+
+
+def pair_gradient(grad_rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Adjoint of :func:`pair_row_sums`: row-sum gradients (..., n) -> pair gradients
+    (..., n//2 * n), ``g_i + g_{(i+s) mod n}`` for the pair (i, i+s) (before weights)."""
+    n_slabs = n // 2
+    twice = torch.cat([grad_rows, grad_rows], dim=-1).contiguous()  # (..., 2n)
+    lead = twice.shape[:-1]
+    ahead = twice.as_strided((*lead, n_slabs, n), (*twice.stride()[:-1], 1, 1),
+                             twice.storage_offset() + 1)  # [s-1, i] = g_{(i+s) mod n}
+    return (ahead + grad_rows.unsqueeze(-2)).flatten(-2)
+
+
+class _KernelRowSums(torch.autograd.Function):
+    """``k - 1 = expm1(-s @ delta)`` and the kernel row sums the estimators need, with a
+    hand-written backward: autograd's generic one keeps and revisits several (K, L, P)
+    intermediates (the split, the weights, the strided views), and P is large, so the
+    fused version makes an epoch markedly faster. Forward returns rxx (K, L, n), ryy
+    (K, L, m), rxy (K, L, n), cxy (K, L, m) as in
+    :func:`engine.estimators.mmd2_and_variance_from_sums`."""
+
+    @staticmethod
+    def forward(ctx, minus_s, delta, n, m, wx, wy, mx, my):  # type: ignore[override]
+        k = torch.expm1(torch.bmm(minus_s, delta))  # (K, L, P)
+        kxx, kyy, kxy = k.split([n // 2 * n, m // 2 * m, n * m], dim=-1)
+        kxy = kxy.unflatten(-1, (n, m))
+        if wx is not None:
+            kxx = kxx * wx
+        if wy is not None:
+            kyy = kyy * wy
+        if mx is None:
+            rxy, cxy = kxy.sum(-1), kxy.sum(-2)
+        else:
+            rxy = (kxy * my.unsqueeze(-2)).sum(-1)
+            cxy = (kxy * mx.unsqueeze(-1)).sum(-2)
+        ctx.save_for_backward(delta, k, wx, wy, mx, my)
+        ctx.sizes = (n, m)
+        return pair_row_sums(kxx, n), pair_row_sums(kyy, m), rxy, cxy
+
+    @staticmethod
+    def backward(ctx, g_rxx, g_ryy, g_rxy, g_cxy):  # type: ignore[override]
+        delta, k, wx, wy, mx, my = ctx.saved_tensors
+        n, m = ctx.sizes
+        gxx = pair_gradient(g_rxx, n)
+        gyy = pair_gradient(g_ryy, m)
+        if wx is not None:
+            gxx = gxx * wx
+        if wy is not None:
+            gyy = gyy * wy
+        if mx is None:
+            gxy = g_rxy.unsqueeze(-1) + g_cxy.unsqueeze(-2)
+        else:
+            gxy = (g_rxy.unsqueeze(-1) * my.unsqueeze(-2)
+                   + g_cxy.unsqueeze(-2) * mx.unsqueeze(-1))
+        grad_k = torch.cat([gxx, gyy, gxy.flatten(-2)], dim=-1)
+        grad_exponent = torch.addcmul(grad_k, grad_k, k)  # d expm1(e)/de = k - 1 + 1
+        grad_minus_s = torch.bmm(grad_exponent, delta.transpose(-1, -2))
+        return grad_minus_s, None, None, None, None, None, None, None
+
+
 @dataclass
 class ProblemSet:
     """Precomputed differences of K data sets.
 
-    ``delta`` (K, D, P); for the quadratic estimator P = n^2 + m^2 + n*m (blocks xx, yy,
-    xy, rows padded to n and m with masks ``mx`` (K, 1, n), ``my`` (K, 1, m) or None);
-    for the linear estimator P = 4 * (c/2) (the four pair terms of each of c/2 quadruples).
+    ``delta`` (K, D, P); for the quadratic estimator P = n//2 * n + m//2 * m + n*m (the
+    circulant pairs of X and of Y, :func:`circulant_pairs`, then all X-Y pairs; rows padded
+    to n and m with masks ``mx`` (K, 1, n), ``my`` (K, 1, m) or None, and pair weights
+    ``wx``, ``wy`` (K or 1, 1, pairs) or None); for the linear estimator P = 4 * (c/2) (the
+    four pair terms of each of c/2 quadruples).
     """
 
     delta: torch.Tensor
@@ -48,6 +161,8 @@ class ProblemSet:
     gamma: torch.Tensor
     kernel: KernelName
     estimator: EstimatorName
+    wx: torch.Tensor | None = None
+    wy: torch.Tensor | None = None
 
     @property
     def n_sets(self) -> int:
@@ -78,33 +193,40 @@ class ProblemSet:
             ]  # each (K, c/2, D, 1)
             delta = torch.cat([p.squeeze(-1).transpose(-1, -2) for p in pair_diffs], dim=-1)
             return cls(delta, c, c, None, None, gamma, kernel, estimator)
+        n, m = x.shape[1], y.shape[1]
+        ix, jx = circulant_pairs(n, x.device)
+        iy, jy = circulant_pairs(m, y.device)
         delta = torch.cat(
-            [differences(x, x, kernel), differences(y, y, kernel), differences(x, y, kernel)],
+            [pair_differences(x[:, ix], x[:, jx], kernel),
+             pair_differences(y[:, iy], y[:, jy], kernel), differences(x, y, kernel)],
             dim=-1,
         )
         if mx is not None and bool((mx == 1).all()) and bool((my == 1).all()):
             mx = my = None
         mx3 = None if mx is None else mx.unsqueeze(1)
         my3 = None if my is None else my.unsqueeze(1)
-        return cls(delta, x.shape[1], y.shape[1], mx3, my3, gamma, kernel, estimator)
+        wx = pair_weights(n, mx3, x.dtype, x.device)
+        wy = pair_weights(m, my3, y.dtype, y.device)
+        return cls(delta, n, m, mx3, my3, gamma, kernel, estimator, wx, wy)
 
     def statistics(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """MMD^2 estimate and its variance estimate, each (K, L), for weights (K, L, D)."""
-        s = kernel_scale(weights, self.gamma, self.kernel)
-        # k - 1, not k: MMD^2 and its variance do not change when a constant is added to
-        # every kernel value, and with small weights k = 1 - tiny, so in float32 sums of k
-        # cancel to rounding noise while sums of expm1 = k - 1 keep their precision.
-        k = torch.expm1(-torch.bmm(s, self.delta))  # (K, L, P)
+        # Negated on the small (K, L, D) side, not on the large (K, L, P) product.
+        minus_s = -kernel_scale(weights, self.gamma, self.kernel)
         if self.estimator == "linear":
+            # k - 1, not k: MMD^2 and its variance do not change when a constant is added
+            # to every kernel value, and with small weights k = 1 - tiny, so in float32
+            # sums of k cancel to rounding noise while sums of expm1 = k - 1 keep theirs.
+            k = torch.expm1(torch.bmm(minus_s, self.delta))  # (K, L, P)
             q = self.n // 2
             kxx, kyy, kxa, kxb = k.split([q, q, q, q], dim=-1)
             return linear_mmd2_and_variance(kxx + kyy - kxa - kxb)
-        n, m = self.n, self.m
-        kxx, kyy, kxy = k.split([n * n, m * m, n * m], dim=-1)
-        lead = k.shape[:-1]
-        return mmd2_and_variance(
-            kxx.reshape(*lead, n, n), kyy.reshape(*lead, m, m), kxy.reshape(*lead, n, m),
-            self.mx, self.my,
+        # The same k - 1 for the quadratic estimator, inside _KernelRowSums.
+        rxx, ryy, rxy, cxy = _KernelRowSums.apply(
+            minus_s, self.delta, self.n, self.m, self.wx, self.wy, self.mx, self.my)
+        # Diagonals of k - 1 are 0.
+        return mmd2_and_variance_from_sums(
+            rxx, ryy, rxy, cxy, 0.0, 0.0, self.mx, self.my, n_rows=(self.n, self.m),
         )
 
     def ratio(self, weights: torch.Tensor) -> torch.Tensor:

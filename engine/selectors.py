@@ -248,12 +248,21 @@ class CVAggregation(_Selector):
             prep, lambdas, self.n_splits, rng)
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
-        gain = (gate_p < self.gate_alpha) * np.clip(np.nan_to_num(val_ratio), 0, None)
+        passed = gate_p < self.gate_alpha
+        if not passed.any():
+            # No split passed at any lambda (a weak or no change): aggregate all of them,
+            # weighted by validation power, rather than return all-zero scores. Like
+            # Algorithm 1's "else smallest p" branch, it keeps a ranking when the gate
+            # fails everywhere; the p-value, not the scores, says whether to alarm.
+            log.info("no split passed the gate at any lambda; scores aggregate all splits")
+            passed = np.ones_like(passed)
+        gain = passed * np.clip(np.nan_to_num(val_ratio), 0, None)
         per_lambda = (gain[..., None] * normalised).mean(axis=0)  # (L, A)
         scores = per_lambda.mean(axis=0)
         chosen, thr = select(scores, self.selection)
         p_value = self._p_value(prep, split_p)
-        details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=epochs)
+        details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=epochs,
+                       gate_fallback=not bool((gate_p < self.gate_alpha).any()))
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p_value,
                             lambdas, prep.expand(per_lambda), list(split_p), t0, details)
 

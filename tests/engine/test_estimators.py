@@ -147,3 +147,53 @@ def test_length_scale_heuristics_paper_example():
     # median 0 is replaced by the smallest positive length scale (here the 2nd variable's).
     second = np.sqrt(np.median([(z[i, 1] - z[j, 1]) ** 2 for i in range(6) for j in range(i + 1, 6)]))
     assert median[0] == pytest.approx(second) and median[1] == pytest.approx(second)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9])
+def test_circulant_pair_row_sums_and_gradient_match_dense(n):
+    from engine.problems import circulant_pairs, pair_gradient, pair_row_sums, pair_weights
+
+    rng = np.random.default_rng(n)
+    sym = rng.normal(size=(2, n, n))
+    sym = sym + sym.transpose(0, 2, 1)
+    sym[:, np.arange(n), np.arange(n)] = 0
+    first, second = circulant_pairs(n)
+    values = torch.as_tensor(sym[:, first.numpy(), second.numpy()])
+    weights = pair_weights(n, None, torch.float64, torch.device("cpu"))
+    if weights is not None:
+        values = values * weights
+    np.testing.assert_allclose(pair_row_sums(values, n).numpy(), sym.sum(-1), atol=1e-12)
+    # every unordered pair i != j carries total weight 1
+    total = np.zeros((n, n))
+    w = np.ones(len(first)) if weights is None else weights.numpy()
+    np.add.at(total, (first.numpy(), second.numpy()), w)
+    np.testing.assert_allclose(total + total.T, 1 - np.eye(n))
+    g = torch.as_tensor(rng.normal(size=(2, n)))
+    np.testing.assert_allclose(pair_gradient(g, n).numpy(),
+                               (g[:, first] + g[:, second]).numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+def test_padded_problem_set_equals_unpadded_with_gradients(kind):
+    rng = np.random.default_rng(8)
+    x, y = rng.normal(size=(8, 3)), rng.normal(0.5, 1, size=(6, 3))
+    xp = np.vstack([x, rng.normal(size=(2, 3))])  # padded rows must be ignored
+    yp = np.vstack([y, rng.normal(size=(3, 3))])
+    gamma = torch.ones(3, dtype=torch.float64)
+    t = lambda a: torch.as_tensor(a[None], dtype=torch.float64)
+    plain = ProblemSet.build(t(x), t(y), gamma, kernel=kind)
+    padded = ProblemSet.build(t(xp), t(yp), gamma, kernel=kind,
+                              mx=t(np.r_[np.ones(8), np.zeros(2)]),
+                              my=t(np.r_[np.ones(6), np.zeros(3)]))
+    lam = torch.tensor([0.05], dtype=torch.float64)
+    grads = []
+    for ps in (plain, padded):
+        a = torch.tensor([[[0.9, 0.7, 1.2]]], dtype=torch.float64, requires_grad=True)
+        loss = ps.loss(a, lam)
+        grads.append((loss.item(), torch.autograd.grad(loss.sum(), a)[0].numpy()))
+    mmd_plain = plain.statistics(torch.ones(1, 1, 3, dtype=torch.float64))
+    mmd_padded = padded.statistics(torch.ones(1, 1, 3, dtype=torch.float64))
+    assert mmd_padded[0].item() == pytest.approx(mmd_plain[0].item(), rel=1e-10)
+    assert mmd_padded[1].item() == pytest.approx(mmd_plain[1].item(), rel=1e-10)
+    assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-10)
+    np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-8)

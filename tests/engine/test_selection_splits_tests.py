@@ -174,3 +174,21 @@ def test_combine_split_pvalues_twice_lower_median():
     assert combine_split_pvalues([0.3]) == 0.3
     assert combine_split_pvalues([0.01, 0.02, 0.5, 0.9]) == pytest.approx(0.04)
     assert combine_split_pvalues([0.9] * 10) == 1.0
+
+
+def test_backtracking_returns_the_best_point_even_with_a_far_too_large_step():
+    from dataclasses import replace
+
+    from engine.optimiser import FAST, minimise
+    from engine.problems import ProblemSet
+
+    rng = np.random.default_rng(12)
+    x, y = rng.normal(size=(1, 30, 6)), rng.normal(size=(1, 30, 6))
+    y[..., :2] *= 1.3
+    ps = ProblemSet.build(torch.as_tensor(x), torch.as_tensor(y), torch.ones(6, dtype=torch.float64))
+    lam = torch.tensor([0.0, 0.05], dtype=torch.float64)
+    start = ps.loss(torch.ones(1, 2, 6, dtype=torch.float64), lam)
+    wild = replace(FAST, lr=4.0, snap=0.0)
+    res = minimise(ps, lam, config=replace(wild, backtrack=0.1))
+    assert bool((res.loss <= start + 1e-12).all())
+    assert torch.allclose(res.loss, ps.loss(res.weights, lam))
