@@ -76,7 +76,7 @@ class OptimiserConfig:
 
 
 PAPER = OptimiserConfig(lr=0.01, max_epochs=99_999, window=100, min_lr=0.0, nonnegative=False)
-FAST = OptimiserConfig(lr=0.5, max_epochs=100, window=20, log_scale=True, snap=0.05,
+FAST = OptimiserConfig(lr=0.5, max_epochs=80, window=20, log_scale=True, snap=0.05,
                        backtrack=0.1)
 
 

@@ -104,7 +104,7 @@ class _KernelRowSums(torch.autograd.Function):
     :func:`engine.estimators.mmd2_and_variance_from_sums`."""
 
     @staticmethod
-    def forward(ctx, minus_s, delta, n, m, wx, wy, mx, my):  # type: ignore[override]
+    def forward(ctx, minus_s, delta, n, m, wx, wy, mx, my, delta_t):  # type: ignore[override]
         k = torch.expm1(torch.bmm(minus_s, delta))  # (K, L, P)
         kxx, kyy, kxy = k.split([n // 2 * n, m // 2 * m, n * m], dim=-1)
         kxy = kxy.unflatten(-1, (n, m))
@@ -119,6 +119,7 @@ class _KernelRowSums(torch.autograd.Function):
             cxy = (kxy * mx.unsqueeze(-1)).sum(-2)
         ctx.save_for_backward(delta, k, wx, wy, mx, my)
         ctx.sizes = (n, m)
+        ctx.delta_t = delta_t  # constant data, not an autograd input
         return pair_row_sums(kxx, n), pair_row_sums(kyy, m), rxy, cxy
 
     @staticmethod
@@ -138,8 +139,9 @@ class _KernelRowSums(torch.autograd.Function):
                    + g_cxy.unsqueeze(-2) * mx.unsqueeze(-1))
         grad_k = torch.cat([gxx, gyy, gxy.flatten(-2)], dim=-1)
         grad_exponent = torch.addcmul(grad_k, grad_k, k)  # d expm1(e)/de = k - 1 + 1
-        grad_minus_s = torch.bmm(grad_exponent, delta.transpose(-1, -2))
-        return grad_minus_s, None, None, None, None, None, None, None
+        delta_t = ctx.delta_t if ctx.delta_t is not None else delta.transpose(-1, -2)
+        grad_minus_s = torch.bmm(grad_exponent, delta_t)
+        return grad_minus_s, None, None, None, None, None, None, None, None
 
 
 @dataclass
@@ -163,6 +165,14 @@ class ProblemSet:
     estimator: EstimatorName
     wx: torch.Tensor | None = None
     wy: torch.Tensor | None = None
+    delta_t: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # On the CPU the backward product (K, L, P) @ (K, P, D) is ~30 % faster from a
+        # contiguous (K, P, D) copy than from the transposed view (1.7 vs 2.3 ms at K=10,
+        # D=33, P=14,112); on a GPU the view is used so as not to double the largest tensor.
+        if self.delta_t is None and self.delta.device.type == "cpu" and self.estimator == "quadratic":
+            self.delta_t = self.delta.transpose(-1, -2).contiguous()
 
     @property
     def n_sets(self) -> int:
@@ -223,7 +233,8 @@ class ProblemSet:
             return linear_mmd2_and_variance(kxx + kyy - kxa - kxb)
         # The same k - 1 for the quadratic estimator, inside _KernelRowSums.
         rxx, ryy, rxy, cxy = _KernelRowSums.apply(
-            minus_s, self.delta, self.n, self.m, self.wx, self.wy, self.mx, self.my)
+            minus_s, self.delta, self.n, self.m, self.wx, self.wy, self.mx, self.my,
+            self.delta_t)
         # Diagonals of k - 1 are 0.
         return mmd2_and_variance_from_sums(
             rxx, ryy, rxy, cxy, 0.0, 0.0, self.mx, self.my, n_rows=(self.n, self.m),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -135,10 +136,14 @@ class _Selector:
                                 kernel=self.kernel, estimator=self.estimator)
 
     def _lambda_candidates(self, prep: F.Prepared) -> tuple[np.ndarray, dict[str, Any]]:
+        config = _optimiser(self.optimiser)
+        if self.search_epochs is not None:
+            # Algorithm 3 only needs each lambda's selected set, which settles before the
+            # objective's last digits do.
+            config = replace(config, max_epochs=min(config.max_epochs, self.search_epochs))
         search = search_lambdas(
             self._full_problem(prep), rule=self.selection, lower=self.lambda_lower,
-            n_candidates=self.n_lambdas, objective=self.objective,
-            config=_optimiser(self.optimiser),
+            n_candidates=self.n_lambdas, objective=self.objective, config=config,
         )
         return search.candidates, {"lambda_upper": search.upper, "lambda_path": search.path}
 
@@ -228,7 +233,9 @@ class CVAggregation(_Selector):
     method = "cv-aggregation"
 
     def __init__(self, *, n_splits: int = 10, n_lambdas: int = 6, lambda_lower: float = 0.01,
-                 gate_alpha: float = 0.05, **kwargs: Any) -> None:
+                 gate_alpha: float = 0.05, search_epochs: int | None = 30,
+                 **kwargs: Any) -> None:
+        self.search_epochs = search_epochs
         self.n_splits = int(n_splits)
         self.n_lambdas = int(n_lambdas)
         self.lambda_lower = float(lambda_lower)
@@ -276,7 +283,9 @@ class ModelSelection(_Selector):
     method = "model-selection"
 
     def __init__(self, *, n_lambdas: int = 6, lambda_lower: float = 0.01,
-                 gate_alpha: float = 0.05, **kwargs: Any) -> None:
+                 gate_alpha: float = 0.05, search_epochs: int | None = 30,
+                 **kwargs: Any) -> None:
+        self.search_epochs = search_epochs
         self.n_lambdas = int(n_lambdas)
         self.lambda_lower = float(lambda_lower)
         self.gate_alpha = float(gate_alpha)

@@ -197,3 +197,16 @@ def test_padded_problem_set_equals_unpadded_with_gradients(kind):
     assert mmd_padded[1].item() == pytest.approx(mmd_plain[1].item(), rel=1e-10)
     assert grads[1][0] == pytest.approx(grads[0][0], rel=1e-10)
     np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-8)
+
+
+@pytest.mark.parametrize("n", [2, 5, 6, 40])
+def test_torch_length_scales_used_on_gpus_equal_numpy(n):
+    from engine.kernels import _length_scales_numpy, _length_scales_torch
+
+    rng = np.random.default_rng(n)
+    z = rng.normal(size=(n, 5))
+    z[:, 2] = np.round(z[:, 2])  # ties
+    z[:, 4] = 0.0  # constant
+    for heuristic in ("median", "mean"):
+        np.testing.assert_allclose(_length_scales_torch(torch.as_tensor(z), heuristic).numpy(),
+                                   _length_scales_numpy(z, heuristic), rtol=1e-12, atol=1e-15)
