@@ -41,15 +41,23 @@ class OptimiserConfig:
     the paper's method relies on a local search from 1. Objective values are therefore
     compared between optimisers only from the same start.
 
+    ``backtrack``: when a problem's objective rises more than ``backtrack`` above the lowest
+    it has reached, its weights go back to that best point, its step size is halved and its
+    Adam moments restart (None: off). Large multiplicative steps can otherwise jump into
+    the collapsed-kernel plateau (every off-diagonal kernel value ~0, MMD^2 and its
+    variance ~0, no gradient) and stay there. Whatever the setting, the best point seen is
+    returned, not the last iterate.
+
     ``FAST`` (the engine default): log scale, lr 0.5 (the paper's plateau reduction,
-    patience 10, brings it down),
-    20-epoch window, 100-epoch cap, snap 0.05. On the shifted-means CV batch of
-    ``python -m bench.speed`` it reaches a lower mean objective than ``PAPER`` (1.173 vs
-    1.194) in an eighth of the epochs, but on the wider-variances batch a higher one (7.18
-    vs 2.16): there a third of the weak-signal problems stall after an early lr cut (see
-    bench/results/speed.md). Patience 40 fixes the stall (mean objective 7.2 -> 2.5) but
-    selected worse (python -m bench.synthetic, mean F1 0.72 vs 0.76), so it is not the
-    default.
+    patience 10, brings it down), backtrack 0.1, 20-epoch window, 80-epoch cap, snap 0.05.
+    On the CV batches of ``python -m bench.speed`` (60 problems each) it reaches a lower
+    mean objective than ``PAPER`` on shifted means and a slightly higher one on wider
+    variances, in a tenth of the epochs or less (figures in bench/results/speed.md). Without
+    backtracking a third of the wider-variance problems stalled on the plateau (mean
+    objective 7.2 vs 2.2). Tighter settings (backtrack 0.005, or 0: never accept a rise)
+    come closer to ``PAPER`` there but selected worse in a 30-repetition sweep of the six
+    synthetic settings (mean F1 0.72 vs 0.75): a lower training objective is not a better
+    selection, as with the small start above.
     """
 
     lr: float = 0.02

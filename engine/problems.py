@@ -178,6 +178,15 @@ class ProblemSet:
     def n_sets(self) -> int:
         return self.delta.shape[0]
 
+    def sets(self, index: slice) -> ProblemSet:
+        """The data sets ``index`` (a slice) of this batch, sharing its tensors."""
+        def cut(t: torch.Tensor | None) -> torch.Tensor | None:
+            return t[index] if t is not None and t.dim() == 3 else t
+
+        return ProblemSet(self.delta[index], self.n, self.m, cut(self.mx), cut(self.my),
+                          self.gamma, self.kernel, self.estimator, cut(self.wx), cut(self.wy),
+                          cut(self.delta_t))
+
     @classmethod
     def build(
         cls, x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor, *,

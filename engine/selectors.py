@@ -225,17 +225,22 @@ class CVAggregation(_Selector):
     there (the "gate"). ``gate_test="mmd"`` (default): MMD^2 under the ARD kernel learned
     on the training half, restricted to the selected variables; ``"sliced_wasserstein"``:
     the paper's statistic. The MMD gate is the default because it is more powerful for
-    changes of scale (python -m bench.synthetic; the paper's choice is kept as an option). Scores ``Pi = mean_lambda mean_i I(p < gate_alpha) *
-    max(l_val, 0) * a / max(a)``; variables are selected from ``Pi`` with ``selection``.
-    All lambda x split problems are optimised as one batch.
+    changes of scale (python -m bench.synthetic; the paper's choice is kept as an option).
+    Scores ``Pi = mean_lambda mean_i I(p < gate_alpha) * max(l_val, 0) * a / max(a)``;
+    variables are selected from ``Pi`` with ``selection``. ``gate_fallback`` (default on,
+    a departure): when no split passes the gate at any lambda, the indicator is dropped,
+    so the scores still rank the variables (the paper would return all zeros).
+    ``search_epochs`` caps the optimiser's epochs in the lambda search (None: no extra
+    cap). All lambda x split problems are optimised as one batch.
     """
 
     method = "cv-aggregation"
 
     def __init__(self, *, n_splits: int = 10, n_lambdas: int = 6, lambda_lower: float = 0.01,
                  gate_alpha: float = 0.05, search_epochs: int | None = 30,
-                 **kwargs: Any) -> None:
+                 gate_fallback: bool = True, **kwargs: Any) -> None:
         self.search_epochs = search_epochs
+        self.gate_fallback = bool(gate_fallback)
         self.n_splits = int(n_splits)
         self.n_lambdas = int(n_lambdas)
         self.lambda_lower = float(lambda_lower)
@@ -256,7 +261,7 @@ class CVAggregation(_Selector):
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
         passed = gate_p < self.gate_alpha
-        if not passed.any():
+        if self.gate_fallback and not passed.any():
             # No split passed at any lambda (a weak or no change): aggregate all of them,
             # weighted by validation power, rather than return all-zero scores. Like
             # Algorithm 1's "else smallest p" branch, it keeps a ranking when the gate
