@@ -39,6 +39,7 @@ bench: install system-deps
 	$(PY) -m bench.synthetic
 	$(PY) -m bench.speed
 	$(PY) -m bench.ceiling
+	$(PY) -m bench.variants
 	$(PY) -m bench.mqtt_ingest --e2e 3
 	$(PY) -m bench.ingest_load
 	$(PY) -m bench.false_alarms --inspections 200 --blocks none 1d

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "ceiling.csv", index=False)
     lines = ["# A parametric ceiling for two-sample variable selection (n = m = 200, D = 20, |S| = 2)", "",
-             f"Command: `python -m bench.ceiling --reps {args.reps}`. Per variable, the classical statistic "
-             "for the setting's kind of change, from X and Y alone; the top 2 are selected (told |S| = 2).", "",
+             (f"Command: `python -m bench.ceiling --reps {args.reps}`. Per variable, the classical statistic "
+             "for the setting's kind of change, from X and Y alone; the top 2 are selected (told |S| = 2)."), "",
              "| setting | statistic | mean F1 | both right | reps |", "|---|---|---|---|---|"]
     for setting, g in df.groupby("setting", sort=False):
         lines.append(f"| {setting} | {STATISTICS[setting]} | {g.f1.mean():.2f} | "

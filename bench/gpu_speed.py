@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     df = pd.DataFrame(rows)
     df.to_csv(args.out / "gpu_speed.csv", index=False)
     lines = ["# Engine speed on a GPU", "",
-             f"Command: `python -m bench.gpu_speed --reps {args.reps}`; GPU {gpu}; torch {torch.__version__}; "
-             f"Python {platform.python_version()}; one warm-up fit per case, then timed fits.", "",
+             (f"Command: `python -m bench.gpu_speed --reps {args.reps}`; GPU {gpu}; torch {torch.__version__}; "
+             f"Python {platform.python_version()}; one warm-up fit per case, then timed fits."), "",
              "| case | median s | min s | max s | peak GPU MiB | selected (rep 0) |", "|---|---|---|---|---|---|"]
     for name, g in df.groupby("case", sort=False):
         lines.append(f"| {name} | {g.seconds.median():.2f} | {g.seconds.min():.2f} | {g.seconds.max():.2f} | "

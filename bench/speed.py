@@ -114,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
              f"{load0} at start, {machine_load()} at end (medians shown). The optimiser comparisons "
              "use one torch thread."), "",
              "## One default CVAggregation fit", "",
-             "`n_threads=1` is the default (see engine/_fitting.py: on a busy host two spinning "
-             "OpenMP threads cost more than they gain); 2 uses both cores of this machine.", "",
+             ("`n_threads=1` is the default (see engine/_fitting.py: on a busy host two spinning "
+             "OpenMP threads cost more than they gain); 2 uses both cores of this machine."), "",
              "| case | torch threads | median s | min s | max s | reps |", "|---|---|---|---|---|---|"]
     for (case, threads), s in fits:
-        lines.append(f"| {case} | {threads} | {s.median():.2f} | {s.min():.2f} | {s.max():.2f} | {len(s)} |")
+        lines.append(f"| {case} | {int(threads)} | {s.median():.2f} | {s.min():.2f} | {s.max():.2f} | {len(s)} |")
     lines += ["", "## The CV batch of one fit (60 problems: 10 splits x 6 lambdas in [0.01, 1.78], D=20, n_train=m_train=100)", "",
               "| data | optimiser | seconds | mean final objective | problems within 1e-3 of paper or better | passes | mean epochs per problem |",
               "|---|---|---|---|---|---|---|"]

@@ -93,18 +93,20 @@ def main(argv: list[str] | None = None) -> int:
     table = alt.pivot_table(index="variant", columns="setting", values="f1", aggfunc="mean")
     table = table.reindex(index=args.variants, columns=list(SETTINGS))
     table["mean"] = table.mean(axis=1)
+    chosen = "" if args.variants == list(variants()) else " --variants " + " ".join(
+        f'"{v}"' if " " in v else v for v in args.variants)
     se = alt.groupby(["variant", "setting"]).f1.std().groupby("variant").mean() / np.sqrt(args.reps)
     lines = ["# CVAggregation variants (mean F1, six synthetic settings)", "",
-             f"Command: `python -m bench.variants --reps {args.reps} --null-reps {args.null_reps} "
-             f"--workers {args.workers}`; {load0} at start. Standard error of one setting's mean F1 "
-             f"about {se.mean():.2f}; of a variant's mean over the six, about {se.mean() / np.sqrt(6):.2f}.", "",
+             (f"Command: `python -m bench.variants --reps {args.reps} --null-reps {args.null_reps} "
+             f"--workers {args.workers}{chosen}`; {load0} at start. Standard error of one setting's mean F1 "
+             f"about {se.mean():.2f}; of a variant's mean over the six, about {se.mean() / np.sqrt(6):.2f}."), "",
              "| variant | " + " | ".join(SETTINGS) + " | mean |", "|---" * (len(SETTINGS) + 2) + "|"]
     for name, r in table.iterrows():
         lines.append(f"| {name} | " + " | ".join(f"{r[s]:.2f}" for s in SETTINGS) + f" | {r['mean']:.3f} |")
     if args.null_reps:
         nul = df[df.setting == "null"]
-        lines += ["", f"Null (P = Q), default: p_value < 0.05 in {(nul.p_value < 0.05).sum()} of {len(nul)}; "
-                  f"median seconds per fit {df.seconds.median():.2f} ({args.workers} processes)."]
+        lines += ["", (f"Null (P = Q), default: p_value < 0.05 in {(nul.p_value < 0.05).sum()} of {len(nul)}; "
+                  f"median seconds per fit {df.seconds.median():.2f} ({args.workers} processes).")]
     (args.out / "variants.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -48,6 +48,12 @@ def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
     )
 
 
+def _check_search_epochs(value: int | None) -> None:
+    if value is not None and (int(value) != value or value < 1):
+        raise InvalidParameterError(
+            f"search_epochs must be a positive integer or None (no cap), got {value!r}")
+
+
 class _Selector:
     """Parameters shared by all selectors (see the subclasses for the method)."""
 
@@ -248,6 +254,7 @@ class CVAggregation(_Selector):
         super().__init__(**kwargs)
         if self.n_splits < 1 or self.n_lambdas < 2 or self.lambda_lower <= 0:
             raise InvalidParameterError("need n_splits >= 1, n_lambdas >= 2, lambda_lower > 0")
+        _check_search_epochs(self.search_epochs)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
@@ -295,6 +302,7 @@ class ModelSelection(_Selector):
         self.lambda_lower = float(lambda_lower)
         self.gate_alpha = float(gate_alpha)
         super().__init__(**kwargs)
+        _check_search_epochs(self.search_epochs)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()

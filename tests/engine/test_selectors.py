@@ -138,3 +138,24 @@ def test_variants_run_laplace_mean_linear_mmd():
                    {"objective": "mmd"}, {"selection": "histogram"}):
         res = CVAggregation(seed=0, n_splits=2, **{**QUICK, **kwargs}).fit(x, y)
         assert int(np.argmax(res.scores)) == 2, kwargs
+
+
+def test_gate_fallback_keeps_a_ranking_when_no_split_passes():
+    x, y = shifted(n=60, d=5, shift=(1,), size=0.6, seed=7)
+    # gate_alpha below the smallest possible gate p-value (1/50): no split can pass
+    strict = {**QUICK, "n_splits": 3, "n_permutations": 49, "gate_alpha": 0.001}
+    kept = CVAggregation(seed=0, **strict).fit(x, y)
+    assert kept.details["gate_fallback"] is True
+    assert np.max(kept.scores) > 0 and len(kept.selected) >= 1
+    paper = CVAggregation(seed=0, gate_fallback=False, **strict).fit(x, y)
+    assert np.all(paper.scores == 0) and paper.selected == []
+    # the fallback changes the scores only, never the p-value
+    assert paper.p_value == kept.p_value
+
+
+def test_search_epochs_must_be_positive():
+    for bad in (0, -3, 2.5):
+        with pytest.raises(InvalidParameterError, match="search_epochs"):
+            CVAggregation(search_epochs=bad)
+        with pytest.raises(InvalidParameterError, match="search_epochs"):
+            ModelSelection(search_epochs=bad)
