@@ -74,7 +74,7 @@ def mmd2_and_variance_from_sums(
     (..., n) = sum_j my_j kxy_ij, ``cxy`` (..., m) = sum_i mx_i kxy_ij; ``dx``, ``dy`` the
     diagonals k(x_i, x_i) (..., n), (..., m) or one number for all; ``n_rows`` the padded
     row counts. Row sums can come from the full blocks (:func:`mmd2_and_variance`) or from
-    the pairs i < j only (:class:`engine.problems.ProblemSet`, a third less work).
+    each unordered pair once (:class:`engine.problems.ProblemSet`, a third less work).
     """
     n_pad, m_pad = n_rows
     if mx is None:

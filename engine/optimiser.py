@@ -52,12 +52,13 @@ class OptimiserConfig:
     patience 10, brings it down), backtrack 0.1, 20-epoch window, 80-epoch cap, snap 0.05.
     On the CV batches of ``python -m bench.speed`` (60 problems each) it reaches a lower
     mean objective than ``PAPER`` on shifted means and a slightly higher one on wider
-    variances, in a tenth of the epochs or less (figures in bench/results/speed.md). Without
-    backtracking a third of the wider-variance problems stalled on the plateau (mean
-    objective 7.2 vs 2.2). Tighter settings (backtrack 0.005, or 0: never accept a rise)
-    come closer to ``PAPER`` there but selected worse in a 30-repetition sweep of the six
-    synthetic settings (mean F1 0.72 vs 0.75): a lower training objective is not a better
-    selection, as with the small start above.
+    variances, in a tenth of the epochs or less (bench/results/speed.md). Without
+    backtracking many wider-variance problems stall on the plateau (mean objective 5.49 vs
+    2.19 with it). Tighter settings (backtrack 0.005, or 0: never accept a rise) come
+    closer to ``PAPER`` there but select worse (``python -m bench.variants``, 30
+    repetitions of the six synthetic settings: mean F1 0.720 vs 0.740, no backtracking
+    0.692): a lower training objective is not a better selection, as with the small start
+    above.
     """
 
     lr: float = 0.02

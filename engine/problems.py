@@ -3,10 +3,12 @@
 K data sets (the full sample, or K train or validation splits) each carry L weight vectors
 (one per lambda): B = K * L problems. The per-variable differences of every row pair are
 computed once per data set, shape (K, D, P), so the kernels of all weight vectors are one
-batched matrix product (K, L, D) @ (K, D, P) per evaluation. Within X and within Y only
-the pairs i < j are kept (the blocks are symmetric and their diagonals constant): a third
-fewer pairs than the full blocks, and this product, reading ``delta`` forward and back, is
-most of an epoch's time.
+batched matrix product (K, L, D) @ (K, D, P) per evaluation. Within X and within Y each
+unordered pair i != j is kept once (the blocks are symmetric with a constant diagonal): a
+third fewer pairs than the full blocks, and this product, reading ``delta`` forward and
+back, is most of an epoch's time. One CV-batch epoch (K=10, L=6, D=33, 84 + 84 rows, one
+CPU thread) took 11.7 ms with full blocks and autograd, 6.8 ms with the circulant pairs
+and the hand-written backward of :class:`_KernelRowSums`.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ OBJECTIVES: tuple[str, ...] = ("ratio", "mmd")
 # MMD^2 estimates can be <= 0; below this floor log(MMD^2) continues linearly (value and
 # slope match at the floor), so the objective stays finite and still pushes MMD^2 up.
 MMD2_FLOOR = 1e-5
+# Largest delta (bytes) that also gets a pairs-major copy on the CPU (ProblemSet).
+_PAIRS_MAJOR_COPY_BYTES = 256 * 2**20
 
 
 def log_positive(mmd2: torch.Tensor, floor: float = MMD2_FLOOR) -> torch.Tensor:
@@ -98,8 +102,8 @@ def pair_gradient(grad_rows: torch.Tensor, n: int) -> torch.Tensor:
 class _KernelRowSums(torch.autograd.Function):
     """``k - 1 = expm1(-s @ delta)`` and the kernel row sums the estimators need, with a
     hand-written backward: autograd's generic one keeps and revisits several (K, L, P)
-    intermediates (the split, the weights, the strided views), and P is large, so the
-    fused version makes an epoch markedly faster. Forward returns rxx (K, L, n), ryy
+    intermediates (the split, the weights, the strided views), and P is large. Forward
+    returns rxx (K, L, n), ryy
     (K, L, m), rxy (K, L, n), cxy (K, L, m) as in
     :func:`engine.estimators.mmd2_and_variance_from_sums`."""
 
@@ -151,7 +155,8 @@ class ProblemSet:
     ``delta`` (K, D, P); for the quadratic estimator P = n//2 * n + m//2 * m + n*m (the
     circulant pairs of X and of Y, :func:`circulant_pairs`, then all X-Y pairs; rows padded
     to n and m with masks ``mx`` (K, 1, n), ``my`` (K, 1, m) or None, and pair weights
-    ``wx``, ``wy`` (K or 1, 1, pairs) or None); for the linear estimator P = 4 * (c/2) (the
+    ``wx``, ``wy`` (pairs,) or (K, 1, pairs) or None); ``delta_t`` an optional contiguous
+    (K, P, D) copy for the backward product; for the linear estimator P = 4 * (c/2) (the
     four pair terms of each of c/2 quadruples).
     """
 
@@ -170,8 +175,11 @@ class ProblemSet:
     def __post_init__(self) -> None:
         # On the CPU the backward product (K, L, P) @ (K, P, D) is ~30 % faster from a
         # contiguous (K, P, D) copy than from the transposed view (1.7 vs 2.3 ms at K=10,
-        # D=33, P=14,112); on a GPU the view is used so as not to double the largest tensor.
-        if self.delta_t is None and self.delta.device.type == "cpu" and self.estimator == "quadratic":
+        # D=33, P=14,112). Not on a GPU, nor for large deltas: the copy doubles the largest
+        # tensor.
+        small = self.delta.numel() * self.delta.element_size() <= _PAIRS_MAJOR_COPY_BYTES
+        if (self.delta_t is None and small and self.delta.device.type == "cpu"
+                and self.estimator == "quadratic"):
             self.delta_t = self.delta.transpose(-1, -2).contiguous()
 
     @property
