@@ -268,7 +268,8 @@ class CVAggregation(_Selector):
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
         passed = gate_p < self.gate_alpha
-        if self.gate_fallback and not passed.any():
+        fell_back = self.gate_fallback and not passed.any()
+        if fell_back:
             # No split passed at any lambda (a weak or no change): aggregate all of them,
             # weighted by validation power, rather than return all-zero scores. Like
             # Algorithm 1's "else smallest p" branch, it keeps a ranking when the gate
@@ -281,7 +282,7 @@ class CVAggregation(_Selector):
         chosen, thr = select(scores, self.selection)
         p_value = self._p_value(prep, split_p)
         details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=epochs,
-                       gate_fallback=not bool((gate_p < self.gate_alpha).any()))
+                       gate_fallback=bool(fell_back))
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p_value,
                             lambdas, prep.expand(per_lambda), list(split_p), t0, details)
 

@@ -149,6 +149,7 @@ def test_gate_fallback_keeps_a_ranking_when_no_split_passes():
     assert np.max(kept.scores) > 0 and len(kept.selected) >= 1
     paper = CVAggregation(seed=0, gate_fallback=False, **strict).fit(x, y)
     assert np.all(paper.scores == 0) and paper.selected == []
+    assert paper.details["gate_fallback"] is False
     # the fallback changes the scores only, never the p-value
     assert paper.p_value == kept.p_value
 
