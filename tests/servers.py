@@ -28,11 +28,20 @@ class ServerUnavailable(RuntimeError):
     """A server binary is missing or did not start; the message says how to fix it."""
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, never the same one twice
+    in a test process: the kernel can give a just-closed port out again, and influxd failed
+    at start-up when its HTTP and RPC ports came out equal ("address already in use")."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
