@@ -48,12 +48,6 @@ def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
     )
 
 
-def _check_search_epochs(value: int | None) -> None:
-    if value is not None and (int(value) != value or value < 1):
-        raise InvalidParameterError(
-            f"search_epochs must be a positive integer or None (no cap), got {value!r}")
-
-
 class _Selector:
     """Parameters shared by all selectors (see the subclasses for the method)."""
 
@@ -141,18 +135,6 @@ class _Selector:
         return ProblemSet.build(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma,
                                 kernel=self.kernel, estimator=self.estimator)
 
-    def _lambda_candidates(self, prep: F.Prepared) -> tuple[np.ndarray, dict[str, Any]]:
-        config = _optimiser(self.optimiser)
-        if self.search_epochs is not None:
-            # Algorithm 3 only needs each lambda's selected set, which settles before the
-            # objective's last digits do.
-            config = replace(config, max_epochs=min(config.max_epochs, self.search_epochs))
-        search = search_lambdas(
-            self._full_problem(prep), rule=self.selection, lower=self.lambda_lower,
-            n_candidates=self.n_lambdas, objective=self.objective, config=config,
-        )
-        return search.candidates, {"lambda_upper": search.upper, "lambda_path": search.path}
-
     def _trivial(self, prep: F.Prepared, t0: float, n_lambdas: int = 1) -> Selection:
         """All columns constant: nothing can differ, nothing is selected, p = 1."""
         log.warning("every column is constant in X and Y together; nothing to select")
@@ -222,7 +204,37 @@ class _Selector:
         return w_np, val_ratio, subsets, gate_p, split_p, train_ratio, int(res.total_epochs)
 
 
-class CVAggregation(_Selector):
+class _LambdaSelector(_Selector):
+    """Selectors over Algorithm 3's candidate lambdas, with a gate on validation data:
+    their shared parameters and the lambda search. ``search_epochs`` caps the optimiser's
+    epochs in the lambda search (None: no extra cap)."""
+
+    def __init__(self, *, n_lambdas: int = 6, lambda_lower: float = 0.01,
+                 gate_alpha: float = 0.05, search_epochs: int | None = 30,
+                 **kwargs: Any) -> None:
+        self.search_epochs = search_epochs
+        self.n_lambdas = int(n_lambdas)
+        self.lambda_lower = float(lambda_lower)
+        self.gate_alpha = float(gate_alpha)
+        super().__init__(**kwargs)
+        if search_epochs is not None and (int(search_epochs) != search_epochs or search_epochs < 1):
+            raise InvalidParameterError(
+                f"search_epochs must be a positive integer or None (no cap), got {search_epochs!r}")
+
+    def _lambda_candidates(self, prep: F.Prepared) -> tuple[np.ndarray, dict[str, Any]]:
+        config = _optimiser(self.optimiser)
+        if self.search_epochs is not None:
+            # Algorithm 3 only needs each lambda's selected set, which settles before the
+            # objective's last digits do.
+            config = replace(config, max_epochs=min(config.max_epochs, self.search_epochs))
+        search = search_lambdas(
+            self._full_problem(prep), rule=self.selection, lower=self.lambda_lower,
+            n_candidates=self.n_lambdas, objective=self.objective, config=config,
+        )
+        return search.candidates, {"lambda_upper": search.upper, "lambda_path": search.path}
+
+
+class CVAggregation(_LambdaSelector):
     """Algorithm 2 of the paper ("CV-aggregation"), the product default.
 
     For each candidate lambda (Algorithm 3) and each of ``n_splits`` random splits:
@@ -236,25 +248,18 @@ class CVAggregation(_Selector):
     variables are selected from ``Pi`` with ``selection``. ``gate_fallback`` (default on,
     a departure): when no split passes the gate at any lambda, the indicator is dropped,
     so the scores still rank the variables (the paper would return all zeros).
-    ``search_epochs`` caps the optimiser's epochs in the lambda search (None: no extra
-    cap). All lambda x split problems are optimised as one batch.
+    All lambda x split problems are optimised as one batch.
     """
 
     method = "cv-aggregation"
 
-    def __init__(self, *, n_splits: int = 10, n_lambdas: int = 6, lambda_lower: float = 0.01,
-                 gate_alpha: float = 0.05, search_epochs: int | None = 30,
-                 gate_fallback: bool = True, **kwargs: Any) -> None:
-        self.search_epochs = search_epochs
+    def __init__(self, *, n_splits: int = 10, gate_fallback: bool = True,
+                 **kwargs: Any) -> None:
         self.gate_fallback = bool(gate_fallback)
         self.n_splits = int(n_splits)
-        self.n_lambdas = int(n_lambdas)
-        self.lambda_lower = float(lambda_lower)
-        self.gate_alpha = float(gate_alpha)
         super().__init__(**kwargs)
         if self.n_splits < 1 or self.n_lambdas < 2 or self.lambda_lower <= 0:
             raise InvalidParameterError("need n_splits >= 1, n_lambdas >= 2, lambda_lower > 0")
-        _check_search_epochs(self.search_epochs)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
@@ -287,23 +292,13 @@ class CVAggregation(_Selector):
                             lambdas, prep.expand(per_lambda), list(split_p), t0, details)
 
 
-class ModelSelection(_Selector):
+class ModelSelection(_LambdaSelector):
     """Algorithm 1 of the paper ("model-selection"): one split; among the candidate
     lambdas whose selected variables give a gate p-value < ``gate_alpha`` on validation,
     the one with the largest validation power; else the one with the smallest p-value.
     Scores are that lambda's ARD weights."""
 
     method = "model-selection"
-
-    def __init__(self, *, n_lambdas: int = 6, lambda_lower: float = 0.01,
-                 gate_alpha: float = 0.05, search_epochs: int | None = 30,
-                 **kwargs: Any) -> None:
-        self.search_epochs = search_epochs
-        self.n_lambdas = int(n_lambdas)
-        self.lambda_lower = float(lambda_lower)
-        self.gate_alpha = float(gate_alpha)
-        super().__init__(**kwargs)
-        _check_search_epochs(self.search_epochs)
 
     def _fit(self, x: Any, y: Any) -> Selection:
         t0 = time.perf_counter()
