@@ -33,8 +33,12 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     src.add_argument("--data", type=Path, metavar="PATH",
                      help="CSV (.gz) or Parquet file, long or wide")
     src.add_argument("--config", type=Path, metavar="FILE", help="agent config (YAML)")
+    p.add_argument("--profile", choices=("live", "retrospective"),
+                   help="live (default): 7d before, 6h after, calibrated on the data's own "
+                   "history; retrospective: the paper's 7d/7d 'what changed around t'")
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
-    p.add_argument("--after", metavar="DUR", help="after window length (default 7d)")
+    p.add_argument("--after", metavar="DUR",
+                   help="after window length (default 6h; 7d in the retrospective profile)")
     p.add_argument("--method", choices=METHODS, help="selector (default cv-aggregation)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
@@ -114,6 +118,11 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
             if getattr(args, key):
                 source[key] = getattr(args, key)
         raw = {"site": _site_from_path(args.data), "source": source, "sinks": []}
+    if args.profile is not None:
+        raw["profile"] = args.profile
+        if args.config is not None:  # the file's values came from its own profile: redo
+            raw = {k: raw[k] for k in ("profile", "site", "source", "sinks", "state_dir",
+                                       "sensors_file", "links_file") if k in raw}
     windows = raw.setdefault("windows", {})
     engine = raw.setdefault("engine", {})
     for key, target in (("before", windows), ("after", windows), ("normalise", windows),
@@ -188,12 +197,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     config = _one_shot_config(args)
     inspector = build_inspector(config)
     read = _window_reader(config)
-    outcome = inspector.run(at, read)
+    history = None
+    if inspector.calibrated:
+        tracker = _tracker(config, inspector, read, at)
+        history = tracker.history_at(at)
+    outcome = inspector.run(at, read, history)
     sys.stdout.write(json.dumps(outcome.result, allow_nan=False) + "\n")
     sys.stdout.flush()
     if args.report is not None:
         _report_one(outcome, args.report, config)
     return EXIT_OK
+
+
+def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
+    """A SiteTracker whose history is backfilled from the source up to ``first``."""
+    from monitor.compose import build_incidents, inspection_interval
+    from monitor.schedule import InspectionPlan
+    from monitor.tracker import SiteTracker, history_times
+
+    tracker = SiteTracker(inspector, build_incidents(config))
+    plan = InspectionPlan(every=inspection_interval(config))
+    times = history_times(inspector, plan, first)
+    tracker.backfill(times, read)
+    return tracker
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -212,6 +238,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     inspector = build_inspector(config)
     read = _window_reader(config)
     times = InspectionPlan(every=every, start=start).between(start, end)
+    tracker = _tracker(config, inspector, read, times[0]) if inspector.calibrated and times \
+        else None
     out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
     results = []
     from tqdm import tqdm
@@ -220,7 +248,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         with tqdm(times, desc="backfill", unit="insp", file=sys.stderr, disable=False,
                   dynamic_ncols=True) as bar:
             for t in bar:
-                outcome = inspector.run(t, read)
+                if tracker is None:
+                    outcome = inspector.run(t, read)
+                else:
+                    outcome = inspector.run(t, read, tracker.history_at(t))
+                    tracker.observe(outcome.result)
                 result = outcome.result
                 out.write(json.dumps(result, allow_nan=False) + "\n")
                 out.flush()
@@ -229,7 +261,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     finally:
         if args.out:
             out.close()
-    counts = {s: sum(r["status"] == s for r in results) for s in ("firing", "ok", "error")}
+    counts = {s: sum(r["status"] == s for r in results)
+              for s in ("firing", "ok", "calibrating", "error")}
     log.warning("backfill: %d inspections (%s)", len(results),
                 ", ".join(f"{k} {v}" for k, v in counts.items()))
     if args.report is not None:

@@ -6,17 +6,47 @@ and the CLI's one-shot commands build just the parts they use.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from connectors import registry
 from connectors.base import Sink, StreamSource, WindowSource
+from monitor.calibration import CalibrationSettings
 from monitor.config import MonitorConfig
-from monitor.inspection import EngineSettings, Inspector, Outcome
+from monitor.detection import DetectorSettings
+from monitor.incidents import IncidentSettings
+from monitor.inspection import DecisionSettings, EngineSettings, Inspector, Outcome
 from monitor.metrics import Metrics
 from monitor.windows import WindowSpec
 
 log = logging.getLogger(__name__)
+
+
+def inspection_interval(config: MonitorConfig) -> timedelta:
+    """Time between two inspections of the schedule (cron: its first two times from now)."""
+    if config.schedule.every is not None:
+        return config.schedule.every
+    from datetime import UTC, datetime
+
+    from monitor.schedule import InspectionPlan
+
+    times = InspectionPlan.from_config(config.schedule).times(datetime(2020, 1, 1, tzinfo=UTC))
+    first = next(times)
+    return next(times) - first
+
+
+def build_decision(config: MonitorConfig) -> DecisionSettings:
+    d = config.decision
+    resample = config.windows.resample
+    detector = DetectorSettings(local_level_rows=max(1, int(d.local_level / resample)),
+                                common_modes=d.common_modes, weekly_profile=d.weekly_profile,
+                                top_k=d.top_k)
+    calibration = CalibrationSettings(false_incident_interval=d.false_incident_interval,
+                                      inspection_interval=inspection_interval(config),
+                                      min_history=d.min_history, history=d.history)
+    return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration,
+                            attribution_rows=max(4, int(d.local_level / resample)))
 
 
 def build_inspector(config: MonitorConfig) -> Inspector:
@@ -25,7 +55,11 @@ def build_inspector(config: MonitorConfig) -> Inspector:
                             block_rows=config.block_rows,
                             params=tuple(sorted(e.params.items())))
     return Inspector(config.site, WindowSpec.from_config(config.windows), engine,
-                     config.inspection_settings())
+                     config.inspection_settings(), build_decision(config))
+
+
+def build_incidents(config: MonitorConfig) -> IncidentSettings:
+    return IncidentSettings(resolve_after=config.decision.resolve_after)
 
 
 def build_source(config: MonitorConfig) -> StreamSource | WindowSource:

@@ -144,6 +144,77 @@ class EngineConfig(_Section):
                                    description="extra keyword arguments for the selector")
 
 
+class DecisionConfig(_Section):
+    """When an inspection fires (README "Decision"); the profile sets ``rule``."""
+
+    rule: Literal["calibrated", "engine"] = Field(
+        "calibrated", description="calibrated: detection statistic vs the site's history; "
+        "engine: the engine's p-value vs engine.alpha")
+    false_incident_interval: Duration = Field(
+        timedelta(days=30), description="target mean time between false incidents")
+    min_history: Duration = Field(timedelta(days=2),
+                                  description="history needed before the first alert")
+    history: Duration = Field(timedelta(days=28), description="history kept for calibration")
+    resolve_after: Duration = Field(timedelta(hours=24),
+                                    description="quiet time that resolves an incident")
+    local_level: Duration = Field(timedelta(hours=24),
+                                  description="latest part of the before window compared")
+    common_modes: int = Field(1, ge=0, le=10, description="network-wide modes removed")
+    weekly_profile: bool = True
+    top_k: int = Field(3, ge=1, description="sensors the statistic averages over")
+
+    @model_validator(mode="after")
+    def _positive(self) -> DecisionConfig:
+        for name in ("false_incident_interval", "min_history", "history", "resolve_after",
+                     "local_level"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"decision.{name} must be positive, e.g. 30d or 24h")
+        if self.history < self.min_history:
+            raise ValueError("decision.history must be at least decision.min_history")
+        return self
+
+
+#: What each profile fills in where the config is silent (README "Profiles").
+PROFILES: dict[str, dict[str, dict[str, Any]]] = {
+    # alerts within hours: hourly inspections of a 6-hour after window, calibrated
+    "live": {
+        "windows": {"before": "7d", "after": "6h", "resample": "15min", "normalise": "before"},
+        "schedule": {"every": "1h"},
+        "engine": {"block_size": None},
+        "decision": {"rule": "calibrated"},
+    },
+    # the paper's setting: "what changed around t", 7 days against 7 days, daily
+    "retrospective": {
+        "windows": {"before": "7d", "after": "7d", "resample": "1h", "normalise": "first"},
+        "schedule": {"cron": "0 0 * * *"},
+        "engine": {"block_size": "1d"},
+        "decision": {"rule": "engine"},
+    },
+}
+
+
+def apply_profile(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the profile's values filled in where the config gives none."""
+    name = data.get("profile", "live")
+    if name not in PROFILES:
+        return data  # the profile field itself reports the unknown name
+    out = dict(data)
+    for section, defaults in PROFILES[name].items():
+        given = out.get(section)
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            continue  # the section's own validation reports it
+        merged = dict(given)
+        for key, value in defaults.items():
+            if section == "schedule" and key in ("cron", "every") and (
+                    given.get("cron") is not None or given.get("every") is not None):
+                continue
+            merged.setdefault(key, value)
+        out[section] = merged
+    return out
+
+
 class StoreConfig(_Section):
     retention: Duration | None = Field(
         None, description="readings kept behind the newest; default before + after + 1d"
@@ -156,6 +227,7 @@ class OutboxConfig(_Section):
 
 
 class MonitorConfig(_Section):
+    profile: Literal["live", "retrospective"] = "live"
     site: str = "default"
     state_dir: Path = Path("./state")
     source: Any = None
@@ -163,6 +235,7 @@ class MonitorConfig(_Section):
     windows: WindowsConfig = Field(default_factory=WindowsConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    decision: DecisionConfig = Field(default_factory=DecisionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     outbox: OutboxConfig = Field(default_factory=OutboxConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
@@ -178,6 +251,11 @@ class MonitorConfig(_Section):
             raise ValueError(f"{value!r} may only hold letters, digits, '_', '.' and '-' (it "
                              "becomes part of MQTT topics and file names); e.g. l-town")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile(cls, data: Any) -> Any:
+        return apply_profile(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _block_fits(self) -> MonitorConfig:
@@ -202,14 +280,21 @@ class MonitorConfig(_Section):
     @property
     def retention(self) -> timedelta:
         w = self.windows
-        return self.store.retention or (w.before + w.after + timedelta(days=1))
+        span = w.before + w.after + timedelta(days=1)
+        if self.decision.rule == "calibrated":  # the history backfill reads this far back
+            span += self.decision.min_history
+        return self.store.retention or span
 
     def inspection_settings(self) -> dict[str, Any]:
         """What determines an inspection's result (hashed into its fingerprint)."""
-        return {
+        settings = {
             "windows": self.windows.model_dump(mode="json"),
             "engine": self.engine.model_dump(mode="json"),
         }
+        if self.decision.rule == "calibrated":  # engine-rule fingerprints stay as they were
+            settings["decision"] = self.decision.model_dump(
+                mode="json", exclude={"resolve_after"})
+        return settings
 
 
 # ------------------------------------------------------------------------------------------

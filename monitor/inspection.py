@@ -12,10 +12,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+from monitor.calibration import CalibrationSettings, tail_pvalue
+from monitor.detection import STATISTIC, DetectorSettings
 from monitor.timeutil import format_duration, iso
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,23 @@ class EngineSettings:
                    block_size=self.block_rows, **dict(self.params))
 
 
+@dataclass(frozen=True)
+class DecisionSettings:
+    """How an inspection decides to fire.
+
+    ``rule="engine"``: the engine's p-value against ``alpha`` (the retrospective profile).
+    ``rule="calibrated"``: the short-window statistic of :mod:`monitor.detection`, its
+    p-value from the site's own history (:mod:`monitor.calibration`) against the level
+    that gives the target mean time between false incidents; the engine then names the
+    sensors of every firing inspection.
+    """
+
+    rule: str = "engine"
+    detector: DetectorSettings = field(default_factory=DetectorSettings)
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    attribution_rows: int = 96  # before-window rows (the latest) the engine compares with
+
+
 @dataclass
 class Outcome:
     """A result dict plus the frames reports draw from (None when the windows failed)."""
@@ -84,11 +103,13 @@ def _short_time(t: datetime) -> str:
 
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
               p_value: float | None, error: str | None = None,
-              alpha: float | None = None) -> str:
+              alpha: float | None = None, level: float | None = None) -> str:
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
         return f"Inspection at {when} failed: {error}"
+    if status == "calibrating":
+        return f"Inspection at {when}: {error}"
     if status == "firing":
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
                                            if len(selected) > 8 else "")
@@ -96,6 +117,9 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
                 f"(p={p})")
     if selected and p_value is not None:
         return f"No significant change at {when} across {n_sensors} sensors (p={p})"
+    if level is not None:
+        return (f"No change at {when} across {n_sensors} sensors (p={p}; an alert needs "
+                f"p < {level:.3g})")
     if p_value is not None and alpha is not None and p_value < alpha:
         return (f"The windows differ at {when} (p={p}) but no sensor of {n_sensors} stands "
                 "out; not an alert")
@@ -106,11 +130,16 @@ class Inspector:
     """Runs inspections for one site with fixed window and engine settings."""
 
     def __init__(self, site: str, spec: Any, engine: EngineSettings,
-                 settings: dict[str, Any]) -> None:
+                 settings: dict[str, Any], decision: DecisionSettings | None = None) -> None:
         self.site = site
         self.spec = spec  # monitor.windows.WindowSpec
         self.engine = engine
         self.settings = settings  # hashed into fingerprints
+        self.decision = decision or DecisionSettings()
+
+    @property
+    def calibrated(self) -> bool:
+        return self.decision.rule == "calibrated"
 
     def fingerprint(self, t: datetime) -> str:
         return fingerprint(self.site, t, self.settings)
@@ -140,11 +169,18 @@ class Inspector:
             "generator": {"name": "mmdwatch", "version": _version(), "device": None,
                           "runtime_s": 0.0},
             "engine": None,
+            "detection": None,
+            "incident": None,
         }
 
-    def run(self, t: datetime, read_window: ReadWindow) -> Outcome:
-        """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``."""
+    def run(self, t: datetime, read_window: ReadWindow, history: Any = None) -> Outcome:
+        """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
+
+        ``history``: past values of the detection statistic of this site (calibrated rule
+        only; shape (n,)), from inspections whose after window ended by ``t``.
+        """
         from connectors.base import ConnectorError
+        from monitor.detection import DetectionError
         from monitor.windows import WindowError, build_windows
 
         started = time.perf_counter()
@@ -154,8 +190,11 @@ class Inspector:
             start, t_utc, end = self.spec.bounds(t)
             readings = read_window(start, end)
             windows = build_windows(readings, t_utc, self.spec)
-            self._fill(result, windows)
-        except WindowError as exc:
+            if self.calibrated:
+                self._decide_calibrated(result, windows, history)
+            else:
+                self._fill(result, windows)
+        except (WindowError, DetectionError) as exc:
             self._fail(result, str(exc))
         except ConnectorError:
             # The source could not be read (a server is down): no inspection happened, so
@@ -174,8 +213,11 @@ class Inspector:
         result["generator"]["runtime_s"] = round(time.perf_counter() - started, 3)
         n = len(result["sensors"]) or result["data_quality"].get("sensors_used") or 0
         result["summary"] = summarise(result["status"], t, n, result["selected_sensors"],
-                                      result["test"]["p_value"], result.get("error"),
-                                      self.engine.alpha)
+                                      result["test"]["p_value"],
+                                      result.get("error") or result.get("calibration"),
+                                      self.engine.alpha,
+                                      self.decision.calibration.level if self.calibrated
+                                      else None)
         return Outcome(result, windows)
 
     @staticmethod
@@ -183,29 +225,102 @@ class Inspector:
         result["status"] = "error"
         result["error"] = message
 
+    def detect(self, t: datetime, read_window: ReadWindow) -> float | None:
+        """The detection statistic alone at ``t`` (history backfill), None on bad data."""
+        from monitor.detection import DetectionError, detect
+        from monitor.windows import WindowError, build_windows
+
+        start, t_utc, end = self.spec.bounds(t)
+        try:
+            windows = build_windows(read_window(start, end), t_utc, self.spec)
+            return detect(windows.before_raw, windows.after_raw, self.decision.detector).value
+        except (WindowError, DetectionError):
+            return None
+
+    def _sensor_rows(self, result: dict[str, Any], w: Any, labels: list[str],
+                     scores: list[float], chosen: set[str],
+                     z: dict[str, float] | None = None) -> None:
+        """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors``."""
+        z = z or {}
+        order = sorted(range(len(labels)),
+                       key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
+                                      -abs(z.get(labels[i], 0.0)), labels[i]))
+        mb, ma = w.before.mean(), w.after.mean()
+        rb, ra = w.before_raw.mean(), w.after_raw.mean()
+        rows = []
+        for r, i in enumerate(order):
+            row = {"sensor_id": labels[i], "rank": r + 1, "score": _f(scores[i]),
+                   "selected": labels[i] in chosen,
+                   "mean_before": _f(mb[labels[i]]), "mean_after": _f(ma[labels[i]]),
+                   "raw_mean_before": _f(rb[labels[i]]), "raw_mean_after": _f(ra[labels[i]])}
+            if labels[i] in z:
+                row["z"] = _f(z[labels[i]], 4)
+            rows.append(row)
+        result["sensors"] = rows
+        # selected sensors listed by rank
+        result["selected_sensors"] = [s["sensor_id"] for s in rows if s["selected"]]
+
     def _fill(self, result: dict[str, Any], w: Any) -> None:
         selector = self.engine.make_selector()
         sel = selector.fit(w.before, w.after)
         labels = [str(x) for x in sel.labels]
-        scores = [float(s) for s in sel.scores]
-        selected = [str(s) for s in sel.selected]
-        chosen = set(selected)
-        order = sorted(range(len(labels)),
-                       key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
-                                      labels[i]))
-        mb, ma = w.before.mean(), w.after.mean()
-        rb, ra = w.before_raw.mean(), w.after_raw.mean()
-        result["sensors"] = [
-            {"sensor_id": labels[i], "rank": r + 1, "score": _f(scores[i]),
-             "selected": labels[i] in chosen,
-             "mean_before": _f(mb[labels[i]]), "mean_after": _f(ma[labels[i]]),
-             "raw_mean_before": _f(rb[labels[i]]), "raw_mean_after": _f(ra[labels[i]])}
-            for r, i in enumerate(order)]
-        # selected sensors listed by rank
-        result["selected_sensors"] = [s["sensor_id"] for s in result["sensors"] if s["selected"]]
+        self._sensor_rows(result, w, labels, [float(s) for s in sel.scores],
+                          {str(s) for s in sel.selected})
         p = float(sel.p_value)
         result["test"]["p_value"] = _f(p, 8)
         significant = math.isfinite(p) and p < self.engine.alpha
-        result["status"] = "firing" if significant and selected else "ok"
+        result["status"] = "firing" if significant and result["selected_sensors"] else "ok"
+        result["generator"]["device"] = str(sel.device)
+        result["engine"] = sel.to_dict()
+
+    def _decide_calibrated(self, result: dict[str, Any], w: Any, history: Any) -> None:
+        """The calibrated rule: statistic -> p-value from history -> engine on firing."""
+        import numpy as np
+
+        from monitor.detection import detect
+
+        d = self.decision
+        det = detect(w.before_raw, w.after_raw, d.detector)
+        hist = np.asarray([] if history is None else history, dtype=float)
+        cal = d.calibration
+        block: dict[str, Any] = {
+            "statistic": STATISTIC, "value": _f(det.value), "p_value": None,
+            "level": _f(cal.level, 8), "history_n": int(hist.size),
+            "history_needed": cal.min_count,
+            "false_incident_interval": format_duration(cal.false_incident_interval)}
+        result["detection"] = block
+        result["test"]["decision"] = "calibrated"
+        labels = [str(c) for c in w.before.columns]
+        z = {s: float(v) for s, v in det.z.items()}
+        if hist.size < cal.min_count:
+            have = hist.size * cal.inspection_interval / timedelta(days=1)
+            need = cal.min_count * cal.inspection_interval / timedelta(days=1)
+            result["status"] = "calibrating"
+            result["calibration"] = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
+                                     "no alert until then (backfill the source's history, "
+                                     "or wait)")
+            self._sensor_rows(result, w, labels, [abs(z[s]) for s in labels], set(), z)
+            return
+        p = tail_pvalue(det.value, hist)
+        block["p_value"] = _f(p, 10)
+        result["test"]["p_value"] = _f(p, 10)
+        if p >= cal.level:
+            result["status"] = "ok"
+            self._sensor_rows(result, w, labels, [abs(z[s]) for s in labels], set(), z)
+            return
+        # firing: the engine names the sensors, comparing the after window's residuals with
+        # the latest before rows (the same comparison the statistic makes)
+        rows = min(d.attribution_rows, len(det.before_residuals))
+        selector = self.engine.make_selector()
+        sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)
+        chosen = {str(s) for s in sel.selected}
+        scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],
+                          strict=True))
+        self._sensor_rows(result, w, labels, [scores.get(s, 0.0) for s in labels],
+                          chosen, z)
+        if not result["selected_sensors"]:  # the engine ranks but selects none: name the top
+            result["sensors"][0]["selected"] = True
+            result["selected_sensors"] = [result["sensors"][0]["sensor_id"]]
+        result["status"] = "firing"
         result["generator"]["device"] = str(sel.device)
         result["engine"] = sel.to_dict()

@@ -50,7 +50,7 @@ def write_inspection_report(
 ) -> Path:
     """Write the report of one inspection under ``out_dir`` and return its folder.
 
-    ``result`` is the inspection result dict (DESIGN.md, plus ``engine`` and ``error``).
+    ``result`` is the inspection result dict (docs/result.md, with ``engine`` and ``error``).
     Frames are the hourly windows (DatetimeIndex, UTC; one column per sensor): ``*_raw`` as
     measured, ``before``/``after`` normalised as the engine saw them. All optional: what is
     missing is named in the page instead of drawn.

@@ -1,4 +1,4 @@
-"""A tolerant reading of one inspection result dict (DESIGN.md's JSON plus ``engine``).
+"""A tolerant reading of one inspection result dict (docs/result.md, with ``engine``).
 
 Reports must render whatever arrives: a firing result, an ``ok`` one, a ``status: error``
 result without scores, or an older result missing ``engine``. Every figure and the HTML read

@@ -1,0 +1,143 @@
+"""The short-window detection statistic of the ``live`` profile (pure NumPy, no state).
+
+Why not the engine's p-value: a short after window (hours) covers part of a day, so any
+two-sample test against a 7-day before window sees the daily cycle, not a change; and the
+rows of sensor data are autocorrelated, so permutation p-values are not calibrated. This
+statistic removes the known structure first and is then calibrated against the site's own
+history (:mod:`monitor.calibration`):
+
+1. **Profile.** Each sensor's hour-of-day profile is learned from the before window,
+   separately for weekdays and weekends (the demand pattern is weekly); the residual is the
+   reading minus the profile value of its slot. Residuals are scaled by their before-window
+   standard deviation, so sensors of any unit weigh the same.
+2. **Common mode.** Weather and calendar move demand, and so every pressure, a little for
+   days. The cross-sensor median of the residuals is regressed out of each sensor, then the
+   first ``common_modes`` principal directions of what is left (learned on the before window).
+   A leak or a stuck valve moves a few sensors against the others and survives this.
+3. **Local level.** The after-window mean of each residual is compared with its mean over
+   the last ``local_level`` of the before window (a day: the slow drifts left over move
+   little within a day). The difference is divided by its spread at every offset inside the
+   before window (the same difference computed on before data only), giving ``z`` per sensor.
+4. **Statistic.** The mean of the ``top_k`` largest ``z**2``: a change that moves a few
+   sensors strongly is not diluted by the many that do not move.
+
+Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally spaced.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+STATISTIC = "residual-top-k"
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """How the statistic is computed; part of the inspection fingerprint."""
+
+    local_level_rows: int = 24
+    common_modes: int = 1
+    weekly_profile: bool = True
+    top_k: int = 3
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The statistic at one inspection time and what it is made of."""
+
+    value: float
+    z: pd.Series  # per sensor, signed (negative = below its expected level)
+    before_residuals: pd.DataFrame  # (n_b, D), scaled, common mode removed
+    after_residuals: pd.DataFrame  # (n_a, D)
+
+
+class DetectionError(ValueError):
+    """The windows cannot give the statistic; the message names what is missing."""
+
+
+def _slots(index: pd.DatetimeIndex, weekly: bool) -> np.ndarray:
+    """Profile slot per row: hour of day, plus 24 on weekends when ``weekly``."""
+    hour = np.asarray(index.hour)
+    if not weekly:
+        return hour
+    return hour + 24 * (np.asarray(index.dayofweek) >= 5)
+
+
+def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = True
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Readings minus the before window's profile of their slot, (n_b, D) and (n_a, D).
+
+    A slot with no before rows (a weekend slot when the before window holds no weekend)
+    falls back to the hour-of-day profile, and an hour with no rows to the window mean.
+    """
+    xb, xa = before.to_numpy(dtype=float), after.to_numpy(dtype=float)
+    mean = np.nanmean(xb, axis=0)
+    hour_b = _slots(before.index, False)
+    by_hour = np.tile(mean, (24, 1))
+    for h in np.unique(hour_b):
+        by_hour[h] = np.nanmean(xb[hour_b == h], axis=0)
+    table = np.concatenate([by_hour, by_hour]) if weekly else by_hour
+    slot_b = _slots(before.index, weekly)
+    if weekly:
+        for s in np.unique(slot_b):
+            table[s] = np.nanmean(xb[slot_b == s], axis=0)
+    slot_a = _slots(after.index, weekly)
+    return xb - table[slot_b], xa - table[slot_a]
+
+
+def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Regress the cross-sensor median out of each column, then project out the first
+    ``modes`` principal directions of the before residuals (both learned on ``rb``)."""
+    cb = np.median(rb, axis=1, keepdims=True)
+    ca = np.median(ra, axis=1, keepdims=True)
+    denom = float((cb ** 2).sum())
+    beta = (rb * cb).sum(axis=0) / denom if denom > 0 else np.zeros(rb.shape[1])
+    rb, ra = rb - cb * beta, ra - ca * beta
+    if modes > 0 and rb.shape[1] > modes + 1:
+        _, _, vt = np.linalg.svd(rb - rb.mean(axis=0), full_matrices=False)
+        p = vt[:modes].T  # (D, modes)
+        rb, ra = rb - rb @ p @ p.T, ra - ra @ p @ p.T
+    return rb, ra
+
+
+def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray:
+    """Per sensor: (mean of ``ra`` - mean of the last ``local_rows`` of ``rb``) / its spread
+    over every offset of the same comparison inside ``rb``. Shape (D,)."""
+    n_b, n_a = rb.shape[0], ra.shape[0]
+    local = max(1, min(local_rows, n_b - n_a - 1))
+    csum = np.concatenate([np.zeros((1, rb.shape[1])), np.cumsum(rb, axis=0)])
+    after_means = (csum[n_a:] - csum[:-n_a]) / n_a  # row i: mean of rb[i:i+n_a]
+    level_means = (csum[local:] - csum[:-local]) / local
+    k = n_b - local - n_a + 1
+    null = after_means[local:local + k] - level_means[:k]  # (k, D)
+    spread = np.sqrt(np.mean(null ** 2, axis=0))
+    spread = np.where(spread > 1e-12, spread, np.inf)  # a flat sensor never counts
+    return (ra.mean(axis=0) - rb[-local:].mean(axis=0)) / spread
+
+
+def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
+           ) -> Detection:
+    """The statistic for one pair of windows (raw resampled values, gaps already filled)."""
+    if list(before.columns) != list(after.columns):
+        raise DetectionError("before and after windows hold different sensors")
+    n_b, n_a = len(before), len(after)
+    if n_b < 2 * n_a + 2:
+        raise DetectionError(
+            f"the before window ({n_b} rows) must hold more than twice the after window "
+            f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
+    rb, ra = profile_residuals(before, after, settings.weekly_profile)
+    scale = rb.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    rb, ra = remove_common_mode(rb / scale, ra / scale, settings.common_modes)
+    z = level_shift_z(rb, ra, settings.local_level_rows)
+    z2 = np.sort(np.where(np.isfinite(z), z, 0.0) ** 2)
+    value = float(z2[-min(settings.top_k, len(z2)):].mean())
+    cols = list(before.columns)
+    return Detection(
+        value=value,
+        z=pd.Series(np.where(np.isfinite(z), z, 0.0), index=cols),
+        before_residuals=pd.DataFrame(rb, index=before.index, columns=cols),
+        after_residuals=pd.DataFrame(ra, index=after.index, columns=cols))
