@@ -108,7 +108,7 @@ class WindowSource(abc.ABC):
 
 
 class Sink(abc.ABC):
-    """Delivers inspection results (the JSON dict of DESIGN.md) somewhere."""
+    """Delivers inspection results (the JSON dict of docs/result.md) somewhere."""
 
     type: ClassVar[str]
     Config: ClassVar[type[BaseModel]]

@@ -7,6 +7,10 @@ any other alert:
 * ``firing``: alert ``MmdwatchChange`` (labels site, severity), ``endsAt`` = now +
   ``alert_ttl`` so it expires on its own if the agent goes away;
 * ``ok``: the same alert with ``endsAt`` = now, which resolves it;
+* a result with an ``incident`` block: the alert carries the label ``incident`` (its id)
+  and the incident's sensors; it fires while the incident is open (every result re-sends
+  it, so ``alert_ttl`` only ends it if the agent goes away) and resolves with the
+  ``resolved`` event;
 * ``error``: alert ``MmdwatchInspectionError`` carrying the error message.
 """
 from __future__ import annotations
@@ -73,6 +77,14 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
                             "severity": severity},
                  "annotations": {**annotations, "error": str(result.get("error", ""))},
                  "startsAt": _iso(now), "endsAt": _iso(now + ttl)}
+    elif result.get("incident"):
+        incident = result["incident"]
+        ends = now if incident.get("event") == "resolved" else now + ttl
+        annotations["selected_sensors"] = ", ".join(map(str, incident.get("sensors") or []))
+        annotations["incident_started"] = str(incident.get("started", ""))
+        alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
+                            "severity": severity, "incident": str(incident.get("id", ""))},
+                 "annotations": annotations, "startsAt": _iso(now), "endsAt": _iso(ends)}
     else:
         ends = now + ttl if status == "firing" else now
         alert = {"labels": {"alertname": "MmdwatchChange", "site": site,

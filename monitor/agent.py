@@ -27,6 +27,7 @@ from monitor.schedule import InspectionPlan
 from monitor.state import AgentState
 from monitor.store import ReadingStore
 from monitor.timeutil import iso
+from monitor.tracker import SiteTracker, history_times
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class Agent:
                  retention: timedelta = timedelta(days=15),
                  reporter: Reporter | None = None,
                  closers: Sequence[Callable[[], Any]] = (),
-                 services: Sequence[Any] = ()) -> None:
+                 services: Sequence[Any] = (), tracker: SiteTracker | None = None) -> None:
         self.source = source
         self.store = store
         self.state = state
@@ -56,6 +57,8 @@ class Agent:
         self.reporter = reporter
         self._closers = list(closers)
         self._services = list(services)  # objects with start()/stop(), e.g. the health server
+        self.tracker = tracker  # calibration history + open incident (None: engine rule)
+        self._history_ready = tracker is None
         self._streaming = store is not None and isinstance(source, StreamSource)
         self._tick_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -167,6 +170,8 @@ class Agent:
                 self.metrics.set_source_rejected(health["rejected"])
             while not self._stopping.is_set():
                 pending = self.due(limit=1)
+                if pending and not self._history_ready:
+                    self._prepare_history(pending[0])
                 if not pending:
                     break
                 self.run_inspection(pending[0])
@@ -190,11 +195,48 @@ class Agent:
             self._tick_lock.release()
         return ran
 
+    def _prepare_history(self, first: datetime) -> None:
+        """Load the calibration history and the open incident from the state database; on
+        a first start, compute the history from what the source already holds (an
+        InfluxDB with two weeks of data calibrates the first inspection)."""
+        assert self.tracker is not None
+        span = self.inspector.decision.calibration.history
+        rows = self.state.history((first - span).timestamp())
+        if not rows and self.state.last_done() is None and self.inspector.calibrated:
+            times = history_times(self.inspector, self.plan, first)
+            added = self.tracker.backfill(times, self.read_window)
+            rows = [(th.timestamp(), v) for th, v in sorted(self.tracker.history.items())]
+            if added:
+                self.state.add_history(rows)
+                log.info("calibration: %d past inspection times computed from the source", added)
+        self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
+        saved = self.state.open_incident()
+        if saved is not None:
+            from monitor.incidents import Incident
+
+            self.tracker.incident = Incident.from_dict(saved)
+        self._history_ready = True
+
     def run_inspection(self, t: datetime) -> dict[str, Any]:
-        outcome = self.inspector.run(t, self.read_window)
-        result = outcome.result
-        # outbox + ledger first (one transaction), then sinks, then (maybe) a report
-        self.state.commit_inspection(t.timestamp(), result)
+        if self.tracker is None:
+            outcome = self.inspector.run(t, self.read_window)
+            result = outcome.result
+            self.state.commit_inspection(t.timestamp(), result)
+        else:
+            if not self._history_ready:
+                self._prepare_history(t)
+            history = self.tracker.history_at(t) if self.inspector.calibrated else None
+            outcome = self.inspector.run(t, self.read_window, history)
+            result = outcome.result
+            kept, event = self.tracker.observe(result)
+            incident = self.tracker.incident
+            # outbox + ledger + history + incident first (one transaction), then sinks
+            self.state.commit_inspection(t.timestamp(), result, statistic=kept,
+                                         incident=None if incident is None
+                                         else incident.to_dict())
+            if event is not None:
+                log.warning("incident %s %s: %s", result["incident"]["id"], event,
+                            ", ".join(result["incident"]["sensors"]))
         self.dispatcher.notify()
         self.metrics.inspection(result["status"], result["generator"]["runtime_s"],
                                 result.get("error"))

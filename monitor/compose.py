@@ -140,7 +140,11 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
         from monitor.health import HealthServer
 
         services.append(HealthServer.for_metrics(metrics, config.health))
-    return Agent(source=source, store=store, state=state, inspector=build_inspector(config),
+    inspector = build_inspector(config)
+    from monitor.tracker import SiteTracker
+
+    tracker = SiteTracker(inspector, build_incidents(config))
+    return Agent(source=source, store=store, state=state, inspector=inspector, tracker=tracker,
                  plan=InspectionPlan.from_config(config.schedule), dispatcher=dispatcher,
                  metrics=metrics, clock=config.schedule.clock, poll=config.schedule.poll,
                  start=config.schedule.start, retention=config.retention, reporter=reporter,

@@ -41,6 +41,7 @@ def write_bundled_data() -> None:
 def demo_config(state_dir: Path, *, report: bool = True) -> dict[str, Any]:
     """The demo's config, as a user would write it in YAML."""
     return {
+        "profile": "retrospective",
         "site": "demo-network",
         "state_dir": str(state_dir),
         "source": {"type": "file", "path": str(DATA_FILE), "speed": REPLAY_SPEED},

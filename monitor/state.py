@@ -28,6 +28,10 @@ CREATE TABLE IF NOT EXISTS done (
     status TEXT NOT NULL,
     finished_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS history (
+    inspection_time REAL PRIMARY KEY,
+    statistic REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS outbox (
     fingerprint TEXT PRIMARY KEY,
     inspection_time REAL NOT NULL,
@@ -105,9 +109,15 @@ class AgentState:
             return [r[0] for r in self._conn.execute(
                 "SELECT inspection_time FROM done ORDER BY inspection_time")]
 
-    def commit_inspection(self, t: float, result: dict[str, Any]) -> None:
+    def commit_inspection(self, t: float, result: dict[str, Any], *,
+                          statistic: float | None = None,
+                          incident: dict[str, Any] | None | bool = False) -> None:
         """Mark inspection ``t`` done and queue its result, atomically. Idempotent: a result
-        already queued (same fingerprint) keeps its delivery state."""
+        already queued (same fingerprint) keeps its delivery state.
+
+        In the same transaction: ``statistic`` joins the calibration history, and
+        ``incident`` (a dict, or None for "no open incident"; False leaves it as it is)
+        becomes the open incident."""
         fp = result["fingerprint"]
         payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
         now = time.time()
@@ -119,8 +129,37 @@ class AgentState:
             c.execute("INSERT INTO done(inspection_time, fingerprint, status, finished_at) "
                       "VALUES (?, ?, ?, ?) ON CONFLICT(inspection_time) DO NOTHING",
                       (t, fp, result.get("status", "?"), now))
+            if statistic is not None:
+                c.execute("INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
+                          "ON CONFLICT(inspection_time) DO NOTHING", (t, statistic))
+            if incident is None:
+                c.execute("DELETE FROM meta WHERE key = 'incident'")
+            elif incident is not False:
+                c.execute("INSERT INTO meta(key, value) VALUES ('incident', ?) ON CONFLICT(key) "
+                          "DO UPDATE SET value = excluded.value", (json.dumps(incident),))
 
         self._tx(write)
+
+    # -- calibration history ------------------------------------------------------------------
+    def add_history(self, values: list[tuple[float, float]]) -> None:
+        """Backfilled (inspection time, statistic) pairs; existing times are kept."""
+        self._tx(lambda c: c.executemany(
+            "INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
+            "ON CONFLICT(inspection_time) DO NOTHING", values))
+
+    def history(self, since: float) -> list[tuple[float, float]]:
+        with self._lock:
+            return list(self._conn.execute(
+                "SELECT inspection_time, statistic FROM history WHERE inspection_time >= ? "
+                "ORDER BY inspection_time", (since,)))
+
+    def prune_history(self, before: float) -> None:
+        self._tx(lambda c: c.execute("DELETE FROM history WHERE inspection_time < ?",
+                                     (before,)))
+
+    def open_incident(self) -> dict[str, Any] | None:
+        raw = self.get_meta("incident")
+        return None if raw is None else json.loads(raw)
 
     # -- outbox -------------------------------------------------------------------------------
     def pending(self, sink: str | None = None, limit: int = 100) -> list[OutboxEntry]:

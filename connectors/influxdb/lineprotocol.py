@@ -3,7 +3,10 @@
 * ``mmdwatch_inspection``   tags ``site, status``; fields p_value, alpha, n_sensors,
   n_selected, runtime_s, fingerprint, method, summary (, error) - one point per result;
 * ``mmdwatch_sensor_score`` tags ``site, sensor_id``; fields score, rank, selected
-  (, mean_before, mean_after) - one point per sensor.
+  (, mean_before, mean_after, z) - one point per sensor;
+* ``mmdwatch_incident``     tags ``site, incident_id, event``; fields state, started,
+  sensors, p_value, firing_inspections - one point per incident event (opened, updated,
+  resolved), none otherwise.
 
 All points carry the inspection time, so Grafana plots them on the data's time axis.
 Non-finite floats are left out (line protocol has no NaN); a point keeps at least one field.
@@ -17,6 +20,7 @@ import pandas as pd
 
 INSPECTION = "mmdwatch_inspection"
 SENSOR_SCORE = "mmdwatch_sensor_score"
+INCIDENT = "mmdwatch_incident"
 
 
 def _escape_key(text: str) -> str:
@@ -60,7 +64,8 @@ def _time_ns(result: dict[str, Any]) -> int:
 
 
 def result_lines(result: dict[str, Any], *, inspection_measurement: str = INSPECTION,
-                 score_measurement: str = SENSOR_SCORE) -> list[str]:
+                 score_measurement: str = SENSOR_SCORE,
+                 incident_measurement: str = INCIDENT) -> list[str]:
     """All points of one result (raises KeyError/ValueError on a result without a time)."""
     t = _time_ns(result)
     site = result.get("site", "")
@@ -78,6 +83,7 @@ def result_lines(result: dict[str, Any], *, inspection_measurement: str = INSPEC
         "runtime_s": _float(generator.get("runtime_s")),
         "summary": result.get("summary"),
         "error": result.get("error"),
+        "detection_value": _float((result.get("detection") or {}).get("value")),
     }
     lines = [line(inspection_measurement, {"site": site, "status": result.get("status")},
                   fields, t)]
@@ -88,9 +94,19 @@ def result_lines(result: dict[str, Any], *, inspection_measurement: str = INSPEC
             "selected": bool(s.get("selected", False)),
             "mean_before": _float(s.get("mean_before")),
             "mean_after": _float(s.get("mean_after")),
+            "z": _float(s.get("z")),
         }
         lines.append(line(score_measurement, {"site": site, "sensor_id": s.get("sensor_id")},
                           sensor_fields, t))
+    incident = result.get("incident") or {}
+    if incident.get("event"):
+        lines.append(line(incident_measurement,
+                          {"site": site, "incident_id": incident.get("id"),
+                           "event": incident["event"]},
+                          {"state": incident.get("state"), "started": incident.get("started"),
+                           "sensors": ",".join(map(str, incident.get("sensors") or [])),
+                           "p_value": _float(incident.get("p_value")),
+                           "firing_inspections": incident.get("firing_inspections")}, t))
     return lines
 
 

@@ -1,6 +1,6 @@
 """Turning one MQTT message into readings: a pure function, no I/O, never raises.
 
-Accepted payloads (DESIGN.md, "Readings over MQTT"):
+Accepted payloads (docs/mqtt.md, "Payload forms"):
 
 * a JSON object ``{"sensor": "n296", "time": "2018-06-01T00:00:00Z", "value": 41.2}``;
 * a JSON array of such objects (each item judged on its own);

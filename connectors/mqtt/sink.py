@@ -1,5 +1,8 @@
-"""MQTT sink: every result to ``<prefix>/<site>/state`` (retained), firing ones to
-``<prefix>/<site>/alert`` (not retained), QoS 1; availability with a last will.
+"""MQTT sink: every result to ``<prefix>/<site>/state`` (retained); to
+``<prefix>/<site>/alert`` (not retained) the results that carry an incident event (opened,
+updated, resolved), or, for results with no incident (a one-shot ``inspect``), the firing
+ones; QoS 1;
+availability with a last will.
 
 ``send`` returns only after the broker's PUBACK for each message, so the outbox marks a
 result delivered only when the broker has it. Results carry their ``fingerprint``:
@@ -49,6 +52,14 @@ class MqttSinkConfig(MqttConnectionConfig):
             raise ValueError(f"prefix {value!r} must be a plain topic prefix without "
                              "wildcards, e.g. 'mmdwatch'")
         return value.rstrip("/")
+
+
+def is_alert(result: dict[str, Any]) -> bool:
+    """An incident event (docs: incidents), or a firing result that predates incidents."""
+    incident = result.get("incident")
+    if incident:
+        return bool(incident.get("event"))
+    return result.get("status") == "firing"
 
 
 def topics(prefix: str, site: str) -> dict[str, str]:
@@ -134,7 +145,7 @@ class MqttSink(SinkBase):
         names = topics(self.config.prefix, str(site))
         payload = dumps(result)
         infos = [self._client.publish(names["state"], payload, qos=1, retain=True)]
-        if result.get("status") == "firing":
+        if is_alert(result):
             infos.append(self._client.publish(names["alert"], payload, qos=1, retain=False))
         deadline = time.monotonic() + self.config.publish_timeout_s
         for info in infos:

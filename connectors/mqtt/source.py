@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class MqttSourceConfig(MqttConnectionConfig):
-    """``source: {type: mqtt, ...}`` (DESIGN.md, Config)."""
+    """``source: {type: mqtt, ...}`` (docs/mqtt.md, config.example.yaml)."""
 
     type: Literal["mqtt"] = "mqtt"
     topics: list[str] = Field(min_length=1)

@@ -23,12 +23,25 @@ def problems(raw, env=None):
 
 def test_defaults_and_derived_values():
     c = validate_config(GOOD, env={})
-    assert c.windows.before == timedelta(days=7) and c.windows.normalise == "before"
-    assert c.schedule.cron == "0 0 * * *" and c.schedule.clock == "wall"
-    assert c.engine.method == "cv-aggregation" and c.block_rows == 24
+    # the live profile: hourly inspections of a 6-hour after window, calibrated
+    assert c.profile == "live" and c.decision.rule == "calibrated"
+    assert c.windows.before == timedelta(days=7) and c.windows.after == timedelta(hours=6)
+    assert c.windows.resample == timedelta(minutes=15) and c.windows.normalise == "before"
+    assert c.schedule.every == timedelta(hours=1) and c.schedule.clock == "wall"
+    assert c.engine.method == "cv-aggregation" and c.block_rows is None
     assert c.health.port is None and c.report_dir is None
     assert c.source.type == "file" and [s.type for s in c.sinks] == ["console"]
-    assert c.retention == timedelta(days=15)
+    assert c.retention == timedelta(days=7, hours=6) + timedelta(days=1) + timedelta(days=2)
+    # the retrospective profile: the paper's setting
+    c = validate_config({**GOOD, "profile": "retrospective"}, env={})
+    assert c.windows.after == timedelta(days=7) and c.windows.normalise == "first"
+    assert c.schedule.cron == "0 0 * * *" and c.block_rows == 24
+    assert c.decision.rule == "engine" and c.retention == timedelta(days=15)
+    # keys given win over the profile's
+    c = validate_config({**GOOD, "profile": "retrospective", "schedule": {"every": "1h"},
+                         "windows": {"after": "1d"}}, env={})
+    assert c.schedule.every == timedelta(hours=1) and c.schedule.cron is None
+    assert c.windows.after == timedelta(days=1) and c.windows.before == timedelta(days=7)
     c = validate_config({**GOOD, "engine": {"block_size": None}}, env={})
     assert c.block_rows is None
 
@@ -72,7 +85,7 @@ def test_cross_field_rules():
     assert any("whole number" in p for p in problems(
         {**GOOD, "windows": {"before": "90min", "resample": "1h"}}))
     assert any("block_size" in p for p in problems(
-        {**GOOD, "engine": {"block_size": "90min"}}))
+        {**GOOD, "engine": {"block_size": "50min"}}))
     assert any("either schedule.cron or schedule.every" in p for p in problems(
         {**GOOD, "schedule": {"cron": "0 0 * * *", "every": "1d"}}))
     assert problems({"site": "x"}) == [
