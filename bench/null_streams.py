@@ -10,6 +10,8 @@ user would see on an unchanged network:
 * a **weekly pattern** (lighter, later demand on Saturday and Sunday);
 * **day-to-day variation** of demand shared by the whole network (AR(1) across days) and
   per spatial cluster, as water demand does (weather, holidays);
+* optionally a **slow common drift** (``drift_sd``): a strongly persistent AR(1) across
+  days, shared by every sensor, as weather moves demand for days at a time;
 * **cross-sensor correlation** through a few latent AR(1) factors with random loadings;
 * **AR(1) noise** per sensor at the sampling step, plus white measurement noise, rounded
   to the sensor's resolution.
@@ -83,6 +85,10 @@ class NullNetwork:
     day_phi: float = 0.5
     day_sd: float = 0.04
     cluster_day_sd: float = 0.03
+    #: slow network-wide drift (weather-driven demand moving every sensor a little for
+    #: days): an AR(1) across days with coefficient ``drift_phi``, 0 = none.
+    drift_sd: float = 0.0
+    drift_phi: float = 0.9
     #: latent factors: correlation time of a few hours.
     factor_phi: float = 0.98
     sensor_ids: list[str] = field(init=False)
@@ -130,6 +136,9 @@ class NullNetwork:
         f_net = np.interp(secs, noon, day_net)  # (T,)
         f_clu = np.stack([np.interp(secs, noon, day_clu[:, k]) for k in range(self.n_clusters)], 1)
         day_factor = 1.0 + f_net[:, None] + f_clu[:, self.cluster]  # (T, D)
+        if self.drift_sd > 0:
+            drift = ar1(rng, n_days, 1, self.drift_phi, self.drift_sd)[:, 0]
+            day_factor = day_factor + np.interp(secs, noon, drift)[:, None]
 
         factors = ar1(rng, n_steps, self.n_factors, self.factor_phi, 1.0)  # (T, K)
         noise = ar1(rng, n_steps, d, self.noise_phi, 1.0) * self.noise_sd  # (T, D)

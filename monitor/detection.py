@@ -62,7 +62,7 @@ def _slots(index: pd.DatetimeIndex, weekly: bool) -> np.ndarray:
     hour = np.asarray(index.hour)
     if not weekly:
         return hour
-    return hour + 24 * (np.asarray(index.dayofweek) >= 5)
+    return hour + 24 * (np.asarray(index.day_of_week) >= 5)
 
 
 def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = True

@@ -94,7 +94,8 @@ def base_config(state_dir: Path) -> dict[str, Any]:
         "site": SITE,
         "state_dir": str(state_dir),
         "log_level": "INFO",
-        "windows": {"before": "7d", "after": "7d", "resample": "1h"},
+        "profile": "retrospective",
+        "windows": {"before": "7d", "after": "7d", "resample": "1h", "normalise": "before"},
         "schedule": {"every": "1d", "clock": "data", "start": iso(T_CHANGE), "poll": "1s"},
         # The synthetic noise is iid (no day-to-day dependence), so rows may be permuted
         # one by one. The engine's own defaults otherwise: a lighter search (2 splits,

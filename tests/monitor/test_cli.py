@@ -38,7 +38,7 @@ def test_inspect_ltown_fires_on_the_leak_sensors(tmp_path):
     truth = json.loads((LTOWN / "ground_truth.json").read_text())
     at = truth["inspection_time"].replace(" ", "T")
     out = mmdwatch("inspect", "--data", str(LTOWN / "pressures.csv.gz"), "--at", at,
-                   "--report", str(tmp_path), "--sensors-file", str(LTOWN / "sensors.csv"),
+                   "--profile", "retrospective", "--report", str(tmp_path), "--sensors-file", str(LTOWN / "sensors.csv"),
                    "--links-file", str(LTOWN / "network_links.csv"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()

@@ -38,7 +38,8 @@ def _agent(tmp_path, **schedule):
         "site": "t", "state_dir": str(tmp_path / "state"),
         "source": {"type": "file", "path": str(tmp_path / "unused.csv")},
         "sinks": [],
-        "windows": {"before": "2d", "after": "1d"},
+        "profile": "retrospective",
+        "windows": {"before": "2d", "after": "1d", "normalise": "before"},
         "schedule": {"every": "1d", **schedule},
     }, env={})
     return build_agent(config)

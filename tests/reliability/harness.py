@@ -39,7 +39,7 @@ def fast_config(state_dir: Path) -> dict[str, Any]:
     """An agent config whose inspections are quick: 2-day windows, one fit per inspection.
     The statistics do not matter here; the plumbing does."""
     config = sc.base_config(state_dir)
-    config["windows"] = {"before": "2d", "after": "2d", "resample": "1h"}
+    config["windows"] = {"before": "2d", "after": "2d", "resample": "1h", "normalise": "before"}
     config["schedule"] = {"every": "1d", "clock": "data", "start": sc.iso(sc.T0 + 2 * 86400),
                           "poll": "1s"}
     config["engine"] = {"method": "mmd-baseline", "alpha": 0.05, "seed": 0, "device": "cpu",
