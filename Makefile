@@ -43,6 +43,7 @@ bench: install system-deps
 	$(PY) -m bench.mqtt_ingest --e2e 3
 	$(PY) -m bench.ingest_load
 	$(PY) -m bench.false_alarms --inspections 200 --blocks none 1d
+	$(PY) -m bench.leak_delay --null-seeds 4
 
 lint: install
 	$(VENV)/bin/ruff check engine connectors monitor bench tests

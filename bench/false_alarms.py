@@ -4,7 +4,8 @@ Every inspection runs the product's own pipeline on a simulated network that nev
 changes (:mod:`bench.null_streams`: daily cycles, weekly pattern, day-to-day demand
 variation, cross-sensor correlation, AR(1) noise): 5-minute readings -> the monitor's
 windows (7 d before / 7 d after, hourly means, ``normalise: before``) -> the engine
-selector -> ``firing`` exactly when ``p_value < alpha`` and a sensor is selected (DESIGN.md).
+selector -> ``firing`` exactly when ``p_value < alpha`` and a sensor is selected (the
+retrospective profile's engine rule, docs/result.md).
 
 A calibrated pipeline fires in at most ``alpha`` of them, up to sampling error. The table
 compares engine ``block_size`` settings: ``none`` (rows exchangeable, a plain permutation

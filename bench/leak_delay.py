@@ -40,8 +40,8 @@ from bench.null_streams import NullNetwork
 log = logging.getLogger("bench.leak_delay")
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ltown-delay-dev"
 OUT = Path(__file__).resolve().parent / "results" / "leak_delay"
-AFTER = pd.Timedelta(hours=6)  # the live profile's after window
 BEFORE = pd.Timedelta(days=7)
+LIVE_AFTER = pd.Timedelta(hours=16)  # the live profile's after window (last replayed time)
 
 
 def backfill(data: Path, start: pd.Timestamp, end: pd.Timestamp, out: Path,
@@ -62,21 +62,21 @@ def data_range(path: Path) -> tuple[pd.Timestamp, pd.Timestamp]:
 
 def score(results: list[dict], onset: pd.Timestamp | None, top_effect: list[str]) -> dict:
     """Delay, false incidents and timing of one replay."""
-    def t_of(r: dict) -> pd.Timestamp:
-        return pd.Timestamp(r["inspection_time"])
+    def known(r: dict) -> pd.Timestamp:  # when the result can exist: t + after
+        return pd.Timestamp(r["windows"]["after"]["end"])
 
-    leak_free = [r for r in results if onset is None or t_of(r) + AFTER <= onset]
+    leak_free = [r for r in results if onset is None or known(r) <= onset]
     opened = [r for r in results if (r.get("incident") or {}).get("event") == "opened"]
-    false = [r for r in opened if onset is None or t_of(r) + AFTER <= onset]
+    false = [r for r in opened if onset is None or known(r) <= onset]
     calibrated = [r for r in leak_free if r["status"] in ("ok", "firing")]
     days = len(calibrated) / 24.0
     delay = first_any = None
     top3 = None
     if onset is not None:
         for r in results:
-            if r["status"] != "firing" or t_of(r) + AFTER <= onset:
+            if r["status"] != "firing" or known(r) <= onset:
                 continue
-            hours = (t_of(r) + AFTER - onset) / pd.Timedelta(hours=1)
+            hours = (known(r) - onset) / pd.Timedelta(hours=1)
             first_any = hours if first_any is None else first_any
             names = [s["sensor_id"] for s in r["sensors"][:3]]
             if any(s in top_effect for s in names):
@@ -107,7 +107,7 @@ def run_scenario(name: str, folder: Path, work: Path, extra: list[str]) -> tuple
     onset = pd.Timestamp(truth["target_leak_start"]).tz_localize("UTC")
     data = folder / "pressures.csv.gz"
     first, last = data_range(data)
-    results = backfill(data, first + BEFORE, last - AFTER, work / f"{name}.jsonl", extra)
+    results = backfill(data, first + BEFORE, last - LIVE_AFTER, work / f"{name}.jsonl", extra)
     row = {"scenario": name, "onset": onset.isoformat(),
            **score(results, onset, truth["sensors_by_leak_effect"][:3])}
     return row, results
@@ -115,11 +115,12 @@ def run_scenario(name: str, folder: Path, work: Path, extra: list[str]) -> tuple
 
 def run_null(seed: int, weeks: int, work: Path, extra: list[str]) -> tuple[dict, list]:
     net = NullNetwork(n_sensors=33, seed=seed, drift_sd=0.03)
-    wide = net.simulate("2024-01-01", days=7 + 7 * weeks + 0.25, stream_seed=seed)
+    wide = net.simulate("2024-01-01", days=7 + 7 * weeks + 1, stream_seed=seed)
     path = work / f"null{seed}.csv.gz"
     NullNetwork.to_long(wide).to_csv(path, index=False)
     first, last = wide.index[0], wide.index[-1]
-    results = backfill(path, first + BEFORE, last - AFTER, work / f"null{seed}.jsonl", extra)
+    results = backfill(path, first + BEFORE, last - LIVE_AFTER, work / f"null{seed}.jsonl",
+                       extra)
     return {"scenario": f"null-{seed} ({weeks} weeks, drift)", "onset": "",
             **score(results, None, [])}, results
 
@@ -167,13 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null-seeds", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--keep", type=Path, help="keep the replayed data and results here")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                     help="more backfill flags, e.g. --extra --profile live")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.workers) as pool:
-        work = Path(tmp)
+        work = Path(tmp) if args.keep is None else args.keep
+        work.mkdir(parents=True, exist_ok=True)
         jobs = {name: pool.submit(run_scenario, name, args.data / name, work, args.extra)
                 for name in args.scenarios if (args.data / name).exists()}
         jobs.update({f"null{s}": pool.submit(run_null, s, args.null_weeks, work, args.extra)

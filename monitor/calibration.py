@@ -72,3 +72,24 @@ def tail_pvalue(value: float, history: np.ndarray) -> float:
         return emp
     tail = (upper.size / (n + 1)) * math.exp(-(math.log(value) - math.log(threshold)) / scale)
     return float(min(emp, tail))
+
+
+def threshold(level: float, history: np.ndarray) -> float:
+    """The smallest statistic value whose :func:`tail_pvalue` is below ``level`` (the alert
+    threshold on the statistic's own scale; inf when the history cannot reach ``level``)."""
+    history = np.asarray(history, dtype=float)
+    history = history[np.isfinite(history)]
+    if history.size == 0:
+        return math.inf
+    lo = float(history.max())
+    hi = max(lo, 1e-12) * 2.0
+    for _ in range(200):  # the p-value falls with the value; find an upper bracket
+        if tail_pvalue(hi, history) < level:
+            break
+        hi *= 2.0
+    else:
+        return math.inf
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if tail_pvalue(mid, history) < level else (mid, hi)
+    return hi

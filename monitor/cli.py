@@ -1,4 +1,4 @@
-"""``mmdwatch``: the command line (DESIGN.md, "CLI contract").
+"""``mmdwatch``: the command line (docs/cli.md).
 
 argparse and the standard library only at import time, so ``--help`` answers at once;
 pandas, torch and the connectors load inside the command that needs them. Logs go to
@@ -34,11 +34,14 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
                      help="CSV (.gz) or Parquet file, long or wide")
     src.add_argument("--config", type=Path, metavar="FILE", help="agent config (YAML)")
     p.add_argument("--profile", choices=("live", "retrospective"),
-                   help="live (default): 7d before, 6h after, calibrated on the data's own "
+                   help="live (default): 7d before, 16h after, calibrated on the data's own "
                    "history; retrospective: the paper's 7d/7d 'what changed around t'")
+    p.add_argument("--false-incident-interval", metavar="DUR",
+                   help="live profile: target mean time between false incidents "
+                   "(default 30d)")
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
     p.add_argument("--after", metavar="DUR",
-                   help="after window length (default 6h; 7d in the retrospective profile)")
+                   help="after window length (default 16h; 7d in the retrospective profile)")
     p.add_argument("--method", choices=METHODS, help="selector (default cv-aggregation)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
@@ -130,6 +133,9 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
                         ("device", engine)):
         if getattr(args, key) is not None:
             target[key] = getattr(args, key)
+    if args.false_incident_interval is not None:
+        raw.setdefault("decision", {})["false_incident_interval"] = \
+            args.false_incident_interval
     if args.block_size is not None:
         engine["block_size"] = None if args.block_size.lower() in ("none", "null") \
             else args.block_size

@@ -18,8 +18,8 @@ history (:mod:`monitor.calibration`):
    the last ``local_level`` of the before window (a day: the slow drifts left over move
    little within a day). The difference is divided by its spread at every offset inside the
    before window (the same difference computed on before data only), giving ``z`` per sensor.
-4. **Statistic.** The mean of the ``top_k`` largest ``z**2``: a change that moves a few
-   sensors strongly is not diluted by the many that do not move.
+4. **Statistic.** The mean of the ``top_k`` largest ``z**2`` (default 1: the largest): a
+   change that moves a few sensors strongly is not diluted by the many that do not move.
 
 Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally spaced.
 """
@@ -40,7 +40,7 @@ class DetectorSettings:
     local_level_rows: int = 24
     common_modes: int = 1
     weekly_profile: bool = True
-    top_k: int = 3
+    top_k: int = 1
 
 
 @dataclass(frozen=True)

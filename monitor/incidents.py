@@ -5,7 +5,7 @@ first firing inspection, takes the sensors of its strongest firing inspection (t
 p-value so far: the evidence grows as the after windows fill with the change), and
 resolves once no inspection has fired for ``resolve_after``. Each step says which event
 the result carries: ``opened``, ``updated`` (the named sensors changed), ``resolved`` or
-none. Sinks publish on events, not at every inspection (docs: incident contract).
+none. Sinks publish on events, not at every inspection (docs/result.md, "Incidents").
 
 The agent keeps the open incident in its state database, written in the same transaction
 as the result, so a restart neither loses nor repeats an event.
@@ -83,7 +83,7 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
         updated = replace(current, last_firing=t, sensors=sensors,
                           p_value=min(_p(result), current.p_value or 1.0),
                           firing_inspections=current.firing_inspections + 1)
-        event = "updated" if sensors != current.sensors else None
+        event = "updated" if set(sensors) != set(current.sensors) else None  # not for order
         return updated, event, updated
     if current is None or status == "error":
         return current, None, current

@@ -1,4 +1,4 @@
-"""One inspection: windows -> engine selector -> the result JSON of DESIGN.md.
+"""One inspection: windows -> engine selector -> the result JSON of docs/result.md.
 
 An inspection is a pure job ``(site, inspection_time, settings)`` that reads its windows
 through a function it is given, so it runs the same in the daemon, in ``inspect``, in a
@@ -274,9 +274,11 @@ class Inspector:
         result["engine"] = sel.to_dict()
 
     def _decide_calibrated(self, result: dict[str, Any], w: Any, history: Any) -> None:
-        """The calibrated rule: statistic -> p-value from history -> engine on firing."""
+        """The calibrated rule: statistic -> p-value from history -> on firing, the sensors
+        that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
 
+        from monitor.calibration import threshold
         from monitor.detection import detect
 
         d = self.decision
@@ -285,13 +287,14 @@ class Inspector:
         cal = d.calibration
         block: dict[str, Any] = {
             "statistic": STATISTIC, "value": _f(det.value), "p_value": None,
-            "level": _f(cal.level, 8), "history_n": int(hist.size),
+            "level": _f(cal.level, 8), "threshold": None, "history_n": int(hist.size),
             "history_needed": cal.min_count,
             "false_incident_interval": format_duration(cal.false_incident_interval)}
         result["detection"] = block
         result["test"]["decision"] = "calibrated"
         labels = [str(c) for c in w.before.columns]
         z = {s: float(v) for s, v in det.z.items()}
+        evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
         if hist.size < cal.min_count:
             have = hist.size * cal.inspection_interval / timedelta(days=1)
             need = cal.min_count * cal.inspection_interval / timedelta(days=1)
@@ -299,28 +302,31 @@ class Inspector:
             result["calibration"] = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
                                      "no alert until then (backfill the source's history, "
                                      "or wait)")
-            self._sensor_rows(result, w, labels, [abs(z[s]) for s in labels], set(), z)
+            self._sensor_rows(result, w, labels, evidence, set(), z)
             return
         p = tail_pvalue(det.value, hist)
+        limit = threshold(cal.level, hist)
         block["p_value"] = _f(p, 10)
+        block["threshold"] = _f(limit)
         result["test"]["p_value"] = _f(p, 10)
         if p >= cal.level:
             result["status"] = "ok"
-            self._sensor_rows(result, w, labels, [abs(z[s]) for s in labels], set(), z)
+            self._sensor_rows(result, w, labels, evidence, set(), z)
             return
-        # firing: the engine names the sensors, comparing the after window's residuals with
-        # the latest before rows (the same comparison the statistic makes)
+        # Firing. Named: every sensor whose z**2 alone clears the alert threshold (at least
+        # the strongest). The engine's CV-aggregation runs beside it on the residuals (the
+        # after window against the latest before rows); on windows of hours it often ranks
+        # a steady small shift above a strong one that fills part of the window
+        # (README "Decision"), so its scores are reported, not used to rank.
+        named = {s for s in labels if z[s] ** 2 >= limit} or {max(labels, key=lambda s: abs(z[s]))}
+        self._sensor_rows(result, w, labels, evidence, named, z)
         rows = min(d.attribution_rows, len(det.before_residuals))
         selector = self.engine.make_selector()
         sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)
-        chosen = {str(s) for s in sel.selected}
-        scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],
-                          strict=True))
-        self._sensor_rows(result, w, labels, [scores.get(s, 0.0) for s in labels],
-                          chosen, z)
-        if not result["selected_sensors"]:  # the engine ranks but selects none: name the top
-            result["sensors"][0]["selected"] = True
-            result["selected_sensors"] = [result["sensors"][0]["sensor_id"]]
+        engine_scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],
+                                 strict=True))
+        for row in result["sensors"]:
+            row["engine_score"] = _f(engine_scores.get(row["sensor_id"], 0.0))
         result["status"] = "firing"
         result["generator"]["device"] = str(sel.device)
         result["engine"] = sel.to_dict()

@@ -1,4 +1,4 @@
-"""Inspection results as InfluxDB line protocol (DESIGN.md, InfluxDB).
+"""Inspection results as InfluxDB line protocol (docs/influxdb.md).
 
 * ``mmdwatch_inspection``   tags ``site, status``; fields p_value, alpha, n_sensors,
   n_selected, runtime_s, fingerprint, method, summary (, error) - one point per result;

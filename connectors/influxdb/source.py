@@ -31,7 +31,7 @@ AGGREGATES: dict[str, str] = {
 
 
 class InfluxSourceConfig(InfluxConnectionConfig):
-    """``source: {type: influxdb, ...}`` (DESIGN.md, Config)."""
+    """``source: {type: influxdb, ...}`` (docs/influxdb.md)."""
 
     type: Literal["influxdb"] = "influxdb"
     measurement: str = Field(min_length=1)

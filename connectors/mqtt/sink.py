@@ -55,7 +55,7 @@ class MqttSinkConfig(MqttConnectionConfig):
 
 
 def is_alert(result: dict[str, Any]) -> bool:
-    """An incident event (docs: incidents), or a firing result that predates incidents."""
+    """An incident event (docs/result.md, "Incidents"), or a firing result that predates incidents."""
     incident = result.get("incident")
     if incident:
         return bool(incident.get("event"))

@@ -34,7 +34,7 @@ def test_defaults_and_derived_values():
     assert c.retention == timedelta(days=7, hours=6) + timedelta(days=1) + timedelta(days=2)
     # the retrospective profile: the paper's setting
     c = validate_config({**GOOD, "profile": "retrospective"}, env={})
-    assert c.windows.after == timedelta(days=7) and c.windows.normalise == "first"
+    assert c.windows.after == timedelta(days=7) and c.windows.normalise == "before"
     assert c.schedule.cron == "0 0 * * *" and c.block_rows == 24
     assert c.decision.rule == "engine" and c.retention == timedelta(days=15)
     # keys given win over the profile's

@@ -8,7 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.calibration import CalibrationSettings, empirical_pvalue, tail_pvalue
+from monitor.calibration import (
+    CalibrationSettings,
+    empirical_pvalue,
+    tail_pvalue,
+    threshold,
+)
 from monitor.detection import DetectionError, DetectorSettings, detect
 from monitor.incidents import IncidentSettings, advance
 from tests.monitor.test_cli import mmdwatch
@@ -67,6 +72,13 @@ def test_calibrated_pvalues_hold_their_level_under_the_null():
     assert hits / trials < 0.05 + 3 * np.sqrt(0.05 * 0.95 / trials)
 
 
+def test_threshold_inverts_the_pvalue():
+    history = np.random.default_rng(1).chisquare(2, 300)
+    limit = threshold(1 / 720, history)
+    assert limit > history.max()
+    assert tail_pvalue(limit * 1.0001, history) < 1 / 720 <= tail_pvalue(limit * 0.999, history)
+
+
 def test_level_comes_from_the_mean_time_between_false_incidents():
     cal = CalibrationSettings(false_incident_interval=timedelta(days=30),
                               inspection_interval=timedelta(hours=1),
@@ -107,19 +119,24 @@ def test_incident_opens_updates_and_resolves_once():
 
 @pytest.mark.skipif(DELAY is None, reason="the shared L-Town delay scenarios are not here")
 def test_inspect_names_the_leak_hours_after_onset_with_calibrated_history():
-    """d1: leak at 07:45; the live default inspection at 08:00 fires (result at 14:00)."""
+    """d1: leak at 07:45; the live default inspection at 03:00 (after window to 19:00)
+    fires, naming the sensor nearest the leak first."""
     truth = json.loads((DELAY / "d1" / "ground_truth.json").read_text())
     out = mmdwatch("inspect", "--data", str(DELAY / "d1" / "pressures.csv.gz"),
-                   "--at", "2019-09-16T08:00:00")
+                   "--at", "2019-09-16T03:00:00")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "firing", result["summary"]
-    assert result["windows"]["after"]["n"] == 24 and result["windows"]["before"]["n"] == 672
+    assert result["windows"]["after"]["n"] == 16 and result["windows"]["before"]["n"] == 168
     assert result["detection"]["history_n"] >= 48
     assert result["detection"]["p_value"] < result["detection"]["level"]
     top3 = [s["sensor_id"] for s in result["sensors"][:3]]
     assert set(top3) & set(truth["sensors_by_leak_effect"][:3]), top3
-    assert result["engine"] is not None  # the engine named the sensors
+    assert result["selected_sensors"][0] == top3[0] == truth["sensors_by_leak_effect"][0]
+    limit = result["detection"]["threshold"]
+    assert all(s["z"] ** 2 >= limit for s in result["sensors"] if s["selected"])
+    assert result["engine"] is not None  # CV-aggregation ran beside the statistic
+    assert all("engine_score" in s for s in result["sensors"])
 
 
 @pytest.mark.skipif(DELAY is None, reason="the shared L-Town delay scenarios are not here")
