@@ -18,12 +18,16 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Real servers for the integration tests (Debian packages; apt does not start them here,
-# the pytest fixtures do). Skipped when already present.
+# the pytest fixtures do), and headless Chromium + ChromeDriver for the browser check of the
+# reports (tests/report/test_browser.py). Skipped when all are already present.
 system-deps:
-	@if ! command -v mosquitto >/dev/null && ! test -x /usr/sbin/mosquitto || ! command -v influxd >/dev/null; then \
-		echo "installing mosquitto and influxdb (apt)"; \
+	@if { ! command -v mosquitto >/dev/null && ! test -x /usr/sbin/mosquitto; } \
+			|| ! command -v influxd >/dev/null \
+			|| ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		echo "installing mosquitto, influxdb, chromium and chromium-driver (apt)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			mosquitto mosquitto-clients influxdb influxdb-client >/dev/null; \
+			mosquitto mosquitto-clients influxdb influxdb-client \
+			chromium chromium-driver >/dev/null; \
 	fi
 
 test: install system-deps

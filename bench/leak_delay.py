@@ -142,7 +142,7 @@ def plot(timelines: dict[str, tuple[list, str | None]], path: Path) -> None:
     fig = Figure(figsize=(10, 2.0 * len(timelines)), layout="constrained")
     axes = fig.subplots(len(timelines), 1, squeeze=False)[:, 0]
     for ax, (name, (results, onset)) in zip(axes, timelines.items(), strict=True):
-        t = [pd.Timestamp(r["inspection_time"]) for r in results]
+        t = [pd.Timestamp(r["windows"]["after"]["end"]) for r in results]  # when it exists
         p = [(r.get("detection") or {}).get("p_value") for r in results]
         y = [-np.log10(max(v, 1e-8)) if v is not None else np.nan for v in p]
         ax.plot(t, y, lw=0.8, color="#0072B2", label="-log10 p (calibrated)")
@@ -155,6 +155,7 @@ def plot(timelines: dict[str, tuple[list, str | None]], path: Path) -> None:
             ax.axvline(pd.Timestamp(onset), color="black", lw=0.8, label="leak onset")
         ax.set_title(name, fontsize=9, loc="left")
         ax.set_ylabel("-log10 p", fontsize=8)
+        ax.set_xlabel("time the result exists (inspection time + after window)", fontsize=7)
         ax.tick_params(labelsize=7)
     axes[0].legend(fontsize=7, loc="upper left")
     fig.savefig(path, dpi=110)

@@ -20,12 +20,9 @@ from engine.optimiser import FAST, PAPER, OptimiserConfig
 from engine.result import Selection
 from engine.selectors import CVAggregation, MMDBaseline, ModelSelection, RegressionBaseline
 
-METHODS = {
-    "cv-aggregation": CVAggregation,
-    "model-selection": ModelSelection,
-    "mmd-baseline": MMDBaseline,
-    "regression-baseline": RegressionBaseline,
-}
+#: method name (each selector's ``method``) -> selector class
+METHODS = {cls.method: cls for cls in (CVAggregation, ModelSelection, MMDBaseline,
+                                       RegressionBaseline)}
 
 __all__ = [
     "FAST",

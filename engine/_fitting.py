@@ -15,7 +15,7 @@ import torch
 
 from engine._inputs import Samples, prepare_samples
 from engine.errors import InvalidParameterError
-from engine.kernels import KernelName, length_scales
+from engine.kernels import KernelName, kernel_matrices, length_scales
 from engine.permutation import (
     mmd_permutation_pvalues,
     random_projections,
@@ -160,17 +160,6 @@ def validation_set(prep: Prepared, splits: Splits, *, block_size: int | None,
         labels[k][:, : rx.size] = lab[:, : rx.size]
         labels[k][:, wx: wx + ry.size] = lab[:, rx.size:]
     return Validation(z, valid, torch.as_tensor(labels, dtype=z.dtype, device=z.device))
-
-
-def kernel_matrices(z: torch.Tensor, weights: torch.Tensor, gamma: torch.Tensor,
-                    kernel: KernelName) -> torch.Tensor:
-    """ARD kernel matrices (K, N, N) of pooled samples z (K, N, A), weights (K, A)."""
-    d = gamma.shape[-1]
-    if kernel == "gaussian":
-        scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
-        return torch.exp(-torch.cdist(scaled, scaled).square())
-    scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
-    return torch.exp(-torch.cdist(scaled, scaled, p=1))
 
 
 def split_mmd_pvalues(val: Validation, weights: torch.Tensor, gamma: torch.Tensor,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.kernels import kernel_matrices
 from engine.permutation import mmd_permutation_pvalues
 from engine.splits import block_ids, permutation_labels
 
@@ -32,8 +33,6 @@ def block_permutation_pvalue(prep: Any, block_size: int, n_permutations: int, se
     ``prep``: :class:`engine._fitting.Prepared` (x (n, A), y (m, A), gamma (A,)).
     Deterministic for a given ``seed``; ``(1 + #{T_b >= T_obs}) / (B + 1)``.
     """
-    from engine._fitting import kernel_matrices
-
     n, m = prep.x.shape[0], prep.y.shape[0]
     rng = np.random.default_rng([int(seed), 0xB10C])  # its own stream: splits unchanged
     labels = permutation_labels(block_ids(n, block_size), block_ids(m, block_size),

@@ -24,6 +24,8 @@ from typing import Literal
 
 import torch
 
+from engine.errors import InvalidParameterError
+
 VarianceName = Literal["auto", "paired", "projection"]
 RATIO_CONSTANT = 1e-8
 
@@ -54,7 +56,7 @@ def mmd2_and_variance(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unbiased MMD^2_U and its variance estimate, each of shape (...)."""
     if (mx is None) != (my is None):
-        raise ValueError("pass both masks or neither")
+        raise InvalidParameterError("pass both masks or neither")
     sums = _masked_sums(kxx, kyy, kxy, mx, my)
     return mmd2_and_variance_from_sums(
         *sums, _diag_mean(kxx), _diag_mean(kyy), mx, my, variance=variance,
@@ -92,7 +94,7 @@ def mmd2_and_variance_from_sums(
 
     paired_ok = mx is None and n_pad == m_pad
     if variance == "paired" and not paired_ok:
-        raise ValueError("the paired variance needs n = m and no masks; use 'projection'")
+        raise InvalidParameterError("the paired variance needs n = m and no masks; use 'projection'")
     if variance == "paired" or (variance == "auto" and paired_ok):
         row_h = rxx + ryy - rxy - cxy  # sum_j H_ij, (..., n)
         var = 4 / n**3 * row_h.square().sum(-1) - 4 / n**4 * row_h.sum(-1).square()

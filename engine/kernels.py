@@ -125,3 +125,16 @@ def ard_kernel(
     s = kernel_scale(weights, gamma, kernel)
     dist = s @ differences(x, y, kernel)
     return torch.exp(-dist).reshape(x.shape[0], y.shape[0])
+
+
+def kernel_matrices(z: torch.Tensor, weights: torch.Tensor, gamma: torch.Tensor,
+                    kernel: KernelName) -> torch.Tensor:
+    """ARD kernel matrices (K, N, N) of pooled samples z (K, N, D), weights (K, D): the
+    kernel of :func:`ard_kernel`, one weight vector per sample, written as distances of
+    rows scaled by ``|a_d| / (sqrt(D) gamma_d)`` (``cdist``; the permutation tests' form)."""
+    d = gamma.shape[-1]
+    if kernel == "gaussian":
+        scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
+        return torch.exp(-torch.cdist(scaled, scaled).square())
+    scaled = z * (weights.abs() / (gamma * d**0.5)).unsqueeze(1)
+    return torch.exp(-torch.cdist(scaled, scaled, p=1))

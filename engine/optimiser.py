@@ -100,21 +100,52 @@ class OptimiseResult:
     total_epochs: int
 
 
-def minimise(
-    problems: ProblemSet, lambdas: torch.Tensor, *, objective: ObjectiveName = "ratio",
-    config: OptimiserConfig = FAST, init: torch.Tensor | None = None,
-) -> OptimiseResult:
-    """Minimise ``-log l(a) + lambda |a|_1`` for every data set and every lambda at once.
+@dataclass
+class _Batch:
+    """The per-problem state of one run, all (K, L) or (K, L, D) tensors.
 
-    ``lambdas``: (L,) shared by all K data sets, or (K, L). ``init``: (K, L, D) starting
-    weights (default: all ones, the paper's). Returns an :class:`OptimiseResult`.
+    ``a``: the iterate (``log a`` on the log scale); ``m1``/``m2``/``steps``: Adam's
+    moments and step counts; ``lr``: step sizes; ``best``/``bad``: the plateau reducer's
+    reference and epochs without improvement; ``ring``: the last ``window`` objectives
+    (early stop); ``active``/``epochs``: problems still running and epochs each ran;
+    ``lowest``/``best_a``: the lowest objective seen and its iterate (backtracking and
+    the returned point).
     """
-    k_sets = problems.n_sets
-    d = problems.delta.shape[1]
-    dtype, device = problems.delta.dtype, problems.delta.device
-    lambdas = lambdas.to(dtype=dtype, device=device)
-    n_lambda = lambdas.shape[-1]
-    shape = (k_sets, n_lambda)
+
+    a: torch.Tensor
+    m1: torch.Tensor
+    m2: torch.Tensor
+    steps: torch.Tensor
+    lr: torch.Tensor
+    best: torch.Tensor
+    bad: torch.Tensor
+    ring: torch.Tensor
+    active: torch.Tensor
+    epochs: torch.Tensor
+    lowest: torch.Tensor
+    best_a: torch.Tensor
+
+    @classmethod
+    def start(cls, a: torch.Tensor, shape: tuple[int, int], config: OptimiserConfig) -> _Batch:
+        """Fresh state at the starting point ``a`` for ``shape`` = (K, L) problems."""
+        dtype, device = a.dtype, a.device
+        return cls(
+            a=a, m1=torch.zeros_like(a), m2=torch.zeros_like(a),
+            steps=torch.zeros(shape, dtype=dtype, device=device),
+            lr=torch.full(shape, config.lr, dtype=dtype, device=device),
+            best=torch.full(shape, float("inf"), dtype=dtype, device=device),
+            bad=torch.zeros(shape, dtype=torch.int64, device=device),
+            ring=torch.empty(config.window, *shape, dtype=dtype, device=device),
+            active=torch.ones(shape, dtype=torch.bool, device=device),
+            epochs=torch.zeros(shape, dtype=torch.int64, device=device),
+            lowest=torch.full(shape, float("inf"), dtype=dtype, device=device),
+            best_a=a.detach().clone(),
+        )
+
+
+def _starting_point(shape: tuple[int, int], d: int, dtype: torch.dtype, device: torch.device,
+                    init: torch.Tensor | None, config: OptimiserConfig) -> torch.Tensor:
+    """All ones (the paper's start) or ``init``, as the leaf tensor Adam steps on."""
     if init is None:
         a = torch.ones(*shape, d, dtype=dtype, device=device)
     else:
@@ -126,90 +157,133 @@ def minimise(
         # restricting to a > 0 loses nothing.
         a = a.abs().clamp_min(torch.finfo(dtype).tiny).log()
     a.requires_grad_(True)
-    m1 = torch.zeros_like(a)
-    m2 = torch.zeros_like(a)
-    lr = torch.full(shape, config.lr, dtype=dtype, device=device)
-    best = torch.full(shape, float("inf"), dtype=dtype, device=device)
-    bad = torch.zeros(shape, dtype=torch.int64, device=device)
-    steps = torch.zeros(shape, dtype=dtype, device=device)  # Adam step count per problem
-    ring = torch.empty(config.window, *shape, dtype=dtype, device=device)
-    active = torch.ones(shape, dtype=torch.bool, device=device)
-    epochs = torch.zeros(shape, dtype=torch.int64, device=device)
+    return a
+
+
+def _track_lowest(s: _Batch, loss: torch.Tensor) -> None:
+    """Remember each problem's lowest objective and the iterate that reached it."""
+    lower = loss < s.lowest
+    s.lowest = torch.where(lower, loss, s.lowest)
+    s.best_a = torch.where(lower.unsqueeze(-1), s.a, s.best_a)
+
+
+def _backtrack(s: _Batch, loss: torch.Tensor, grad: torch.Tensor,
+               limit: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step that raised the objective by more than ``limit`` overshot (large
+    multiplicative steps can jump into the collapsed-kernel plateau where every
+    off-diagonal kernel value is ~0 and the gradient vanishes): go back to the best point,
+    halve the step size and restart Adam's moments there. Returns (loss, grad) with the
+    backtracked problems' entries replaced."""
+    blown = (loss > s.lowest + limit) & s.active
+    if not bool(blown.any()):
+        return loss, grad
+    s.a.copy_(torch.where(blown.unsqueeze(-1), s.best_a, s.a))
+    keep = (~blown).unsqueeze(-1).to(s.a.dtype)
+    s.m1.mul_(keep)
+    s.m2.mul_(keep)
+    s.steps = torch.where(blown, 0, s.steps)
+    s.lr = torch.where(blown, s.lr * 0.5, s.lr)
+    return torch.where(blown, s.lowest, loss), grad * keep
+
+
+def _reduce_on_plateau(s: _Batch, loss: torch.Tensor, config: OptimiserConfig) -> None:
+    """No relative improvement for ``patience`` epochs -> lr *= factor (torch's
+    ``ReduceLROnPlateau``, per problem)."""
+    improved = torch.isinf(s.best) | (loss < s.best - config.threshold * s.best.abs())
+    s.best = torch.where(improved, loss, s.best)
+    s.bad = torch.where(improved, 0, s.bad + 1)
+    cut = s.bad > config.patience
+    s.lr = torch.where(cut, (s.lr * config.factor).clamp_min(config.min_lr), s.lr)
+    s.bad = torch.where(cut, 0, s.bad)
+
+
+def _stop_flat(s: _Batch, loss: torch.Tensor, epoch: int, config: OptimiserConfig) -> None:
+    """The paper's early stop: a problem whose objective's max - min over the last
+    ``window`` epochs is below ``tol`` is frozen."""
+    s.ring[epoch % config.window] = loss
+    if epoch + 1 >= config.window:
+        flat = (s.ring.amax(0) - s.ring.amin(0)) < config.tol
+        s.active &= ~flat
+
+
+def _adam_step(s: _Batch, grad: torch.Tensor, config: OptimiserConfig) -> None:
+    """One Adam step of every active problem, each with its own step size and count."""
     b1, b2 = config.betas
-    epoch = 0
+    grad = torch.nan_to_num(grad) * s.active.unsqueeze(-1)
+    act = s.active.to(s.a.dtype)
+    s.steps += act
+    s.m1.lerp_(grad, (1 - b1) * act.unsqueeze(-1))
+    s.m2.lerp_(grad.square(), (1 - b2) * act.unsqueeze(-1))
+    t = s.steps.clamp_min(1).unsqueeze(-1)
+    step = s.lr.unsqueeze(-1) * (s.m1 / (1 - b1**t)) / ((s.m2 / (1 - b2**t)).sqrt() + config.eps)
+    s.a -= step * act.unsqueeze(-1)
+    if config.nonnegative and not config.log_scale:
+        # The objective is even in each a_d, so its minimum over a >= 0 is its
+        # minimum: projecting keeps weights that the L1 term drives to zero at
+        # exactly zero instead of oscillating around it, so problems stop early.
+        s.a.clamp_(min=0)
+    s.epochs += s.active.to(torch.int64)
+
+
+def _snap(problems: ProblemSet, a: torch.Tensor, final: torch.Tensor, lambdas: torch.Tensor,
+          objective: ObjectiveName, snap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights far below the problem's largest are set to exactly 0 where that lowers the
+    objective (the L1 optimum is often exactly 0, which log-scale steps only approach).
+    Thresholds snap/8 ... snap, best kept per problem: four extra evaluations for all
+    problems together. Returns (weights, objective)."""
+    top = a.abs().amax(-1, keepdim=True)
+    for frac in (snap / 8, snap / 4, snap / 2, snap):
+        snapped = torch.where(a.abs() < frac * top, torch.zeros_like(a), a)
+        loss_snapped = problems.loss(snapped, lambdas, objective)
+        better = loss_snapped < final
+        a = torch.where(better.unsqueeze(-1), snapped, a)
+        final = torch.where(better, loss_snapped, final)
+    return a, final
+
+
+def minimise(
+    problems: ProblemSet, lambdas: torch.Tensor, *, objective: ObjectiveName = "ratio",
+    config: OptimiserConfig = FAST, init: torch.Tensor | None = None,
+) -> OptimiseResult:
+    """Minimise ``-log l(a) + lambda |a|_1`` for every data set and every lambda at once.
+
+    ``lambdas``: (L,) shared by all K data sets, or (K, L). ``init``: (K, L, D) starting
+    weights (default: all ones, the paper's). Returns an :class:`OptimiseResult`.
+
+    Each epoch: one forward and backward pass, then per problem: remember the lowest
+    point, backtrack on a blow-up (``config.backtrack``), reduce the step size on a
+    plateau, stop when flat, and take an Adam step. At the end the best point seen is
+    taken and, with ``config.snap``, small weights are snapped to 0.
+    """
+    dtype, device = problems.delta.dtype, problems.delta.device
+    lambdas = lambdas.to(dtype=dtype, device=device)
+    shape = (problems.n_sets, lambdas.shape[-1])
+    a = _starting_point(shape, problems.delta.shape[1], dtype, device, init, config)
+    s = _Batch.start(a, shape, config)
     weights_of = torch.exp if config.log_scale else (lambda w: w)
-    best_a = a.detach().clone()
-    lowest = torch.full(shape, float("inf"), dtype=dtype, device=device)
+    epoch = 0
     for epoch in range(config.max_epochs):
-        loss = problems.loss(weights_of(a), lambdas, objective)
-        (grad,) = torch.autograd.grad(loss.sum(), a)
+        loss = problems.loss(weights_of(s.a), lambdas, objective)
+        (grad,) = torch.autograd.grad(loss.sum(), s.a)
         with torch.no_grad():
             loss = loss.detach()
-            lower = loss < lowest
-            lowest = torch.where(lower, loss, lowest)
-            best_a = torch.where(lower.unsqueeze(-1), a, best_a)
+            _track_lowest(s, loss)
             if config.backtrack is not None:
-                # A step that raised the objective by more than `backtrack` overshot (large
-                # multiplicative steps can jump into the collapsed-kernel plateau where every
-                # off-diagonal kernel value is ~0 and the gradient vanishes): go back to the
-                # best point, halve the step size and restart Adam's moments there.
-                blown = (loss > lowest + config.backtrack) & active
-                if bool(blown.any()):
-                    a.copy_(torch.where(blown.unsqueeze(-1), best_a, a))
-                    keep = (~blown).unsqueeze(-1).to(dtype)
-                    m1.mul_(keep)
-                    m2.mul_(keep)
-                    steps = torch.where(blown, 0, steps)
-                    lr = torch.where(blown, lr * 0.5, lr)
-                    grad = grad * keep
-                    loss = torch.where(blown, lowest, loss)
-            ring[epoch % config.window] = loss
-            # Plateau: no relative improvement for `patience` epochs -> lr *= factor.
-            improved = torch.isinf(best) | (loss < best - config.threshold * best.abs())
-            best = torch.where(improved, loss, best)
-            bad = torch.where(improved, 0, bad + 1)
-            cut = bad > config.patience
-            lr = torch.where(cut, (lr * config.factor).clamp_min(config.min_lr), lr)
-            bad = torch.where(cut, 0, bad)
-            if epoch + 1 >= config.window:
-                flat = (ring.amax(0) - ring.amin(0)) < config.tol
-                active &= ~flat
-            grad = torch.nan_to_num(grad) * active.unsqueeze(-1)
-            act = active.to(dtype)
-            steps += act
-            m1.lerp_(grad, (1 - b1) * act.unsqueeze(-1))
-            m2.lerp_(grad.square(), (1 - b2) * act.unsqueeze(-1))
-            t = steps.clamp_min(1).unsqueeze(-1)
-            step = lr.unsqueeze(-1) * (m1 / (1 - b1**t)) / ((m2 / (1 - b2**t)).sqrt() + config.eps)
-            a -= step * act.unsqueeze(-1)
-            if config.nonnegative and not config.log_scale:
-                # The objective is even in each a_d, so its minimum over a >= 0 is its
-                # minimum: projecting keeps weights that the L1 term drives to zero at
-                # exactly zero instead of oscillating around it, so problems stop early.
-                a.clamp_(min=0)
-            epochs += active.to(torch.int64)
-        if epoch % 10 == 9 and not bool(active.any()):
+                loss, grad = _backtrack(s, loss, grad, config.backtrack)
+            _reduce_on_plateau(s, loss, config)
+            _stop_flat(s, loss, epoch, config)
+            _adam_step(s, grad, config)
+        if epoch % 10 == 9 and not bool(s.active.any()):
             break
     with torch.no_grad():
         # The best point seen (Adam's last iterate can sit above it).
-        final_now = problems.loss(weights_of(a.detach()), lambdas, objective)
-        a = torch.where((final_now <= lowest).unsqueeze(-1), a.detach(), best_a)
-        a = weights_of(a)
+        final_now = problems.loss(weights_of(s.a.detach()), lambdas, objective)
+        a = weights_of(torch.where((final_now <= s.lowest).unsqueeze(-1), s.a.detach(), s.best_a))
         final = problems.loss(a, lambdas, objective)
         if config.snap > 0:
-            # Weights far below the problem's largest are set to exactly 0 where that
-            # lowers the objective (the L1 optimum is often exactly 0, which log-scale
-            # steps only approach). Thresholds snap/8 ... snap, best kept per problem:
-            # four extra evaluations for all problems together.
-            top = a.abs().amax(-1, keepdim=True)
-            for frac in (config.snap / 8, config.snap / 4, config.snap / 2, config.snap):
-                snapped = torch.where(a.abs() < frac * top, torch.zeros_like(a), a)
-                loss_snapped = problems.loss(snapped, lambdas, objective)
-                better = loss_snapped < final
-                a = torch.where(better.unsqueeze(-1), snapped, a)
-                final = torch.where(better, loss_snapped, final)
-    log.debug("optimised %d problems in %d epochs", k_sets * n_lambda, epoch + 1)
-    return OptimiseResult(a, final, epochs, epoch + 1)
+            a, final = _snap(problems, a, final, lambdas, objective, config.snap)
+    log.debug("optimised %d problems in %d epochs", shape[0] * shape[1], epoch + 1)
+    return OptimiseResult(a, final, s.epochs, epoch + 1)
 
 
 def paper_config(**changes) -> OptimiserConfig:

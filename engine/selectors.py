@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,27 @@ from engine.splits import make_splits
 
 log = logging.getLogger(__name__)
 GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd")
+
+
+@dataclass(frozen=True)
+class SplitFit:
+    """What :meth:`_Selector._split_fit` computes over K splits and L lambdas (A: the
+    active variables).
+
+    ``weights`` (K, L, A) learned ARD weights (absolute values); ``val_ratio`` (K, L)
+    power ratio on the validation halves; ``subsets`` (K, L, A) selected variables;
+    ``gate_p`` (K, L) gate p-values of the selections; ``split_p`` (K,) split p-values of
+    the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio on the training halves;
+    ``epochs`` passes of the optimiser over the batch.
+    """
+
+    weights: np.ndarray
+    val_ratio: np.ndarray
+    subsets: np.ndarray
+    gate_p: np.ndarray
+    split_p: np.ndarray
+    train_ratio: np.ndarray
+    epochs: int
 
 
 def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
@@ -157,13 +178,10 @@ class _Selector:
         )
 
     def _split_fit(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
-                   rng: np.random.Generator):
+                   rng: np.random.Generator) -> SplitFit:
         """Optimise every lambda on the training half of every split (one batch), then
-        compute on the validation halves: power ratio, selections, SW gate p-values, and
-        the split p-values of the learned-kernel MMD test.
-
-        Returns weights (K, L, A), val ratio (K, L), subsets (K, L, A), gate p (K, L),
-        split p (K,), train ratio (K, L).
+        compute on the validation halves: power ratio, selections, gate p-values, and
+        the split p-values of the learned-kernel MMD test. See :class:`SplitFit`.
         """
         n, m = prep.x.shape[0], prep.y.shape[0]
         splits = make_splits(n, m, n_splits, rng, train_fraction=self.train_fraction,
@@ -201,7 +219,9 @@ class _Selector:
         else:
             val_p = val
         split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
-        return w_np, val_ratio, subsets, gate_p, split_p, train_ratio, int(res.total_epochs)
+        return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
+                        split_p=split_p, train_ratio=train_ratio,
+                        epochs=int(res.total_epochs))
 
 
 class _LambdaSelector(_Selector):
@@ -268,8 +288,8 @@ class CVAggregation(_LambdaSelector):
             return self._trivial(prep, t0, self.n_lambdas)
         rng = np.random.default_rng(self.seed)
         lambdas, details = self._lambda_candidates(prep)
-        w, val_ratio, _subsets, gate_p, split_p, _, epochs = self._split_fit(
-            prep, lambdas, self.n_splits, rng)
+        fit = self._split_fit(prep, lambdas, self.n_splits, rng)
+        w, val_ratio, gate_p, split_p = fit.weights, fit.val_ratio, fit.gate_p, fit.split_p
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
         passed = gate_p < self.gate_alpha
@@ -286,7 +306,7 @@ class CVAggregation(_LambdaSelector):
         scores = per_lambda.mean(axis=0)
         chosen, thr = select(scores, self.selection)
         p_value = self._p_value(prep, split_p)
-        details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=epochs,
+        details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=fit.epochs,
                        gate_fallback=bool(fell_back))
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p_value,
                             lambdas, prep.expand(per_lambda), list(split_p), t0, details)
@@ -307,19 +327,20 @@ class ModelSelection(_LambdaSelector):
             return self._trivial(prep, t0, self.n_lambdas)
         rng = np.random.default_rng(self.seed)
         lambdas, details = self._lambda_candidates(prep)
-        w, val_ratio, subsets, gate_p, split_p, _, epochs = self._split_fit(prep, lambdas, 1, rng)
+        fit = self._split_fit(prep, lambdas, 1, rng)
+        w, val_ratio, gate_p = fit.weights, fit.val_ratio, fit.gate_p
         p, ratio = gate_p[0], np.nan_to_num(val_ratio[0], nan=-np.inf)
         ok = p < self.gate_alpha
         best = int(np.argmax(np.where(ok, ratio, -np.inf))) if ok.any() else int(np.argmin(p))
         scores = w[0, best]
-        chosen = np.flatnonzero(subsets[0, best])
+        chosen = np.flatnonzero(fit.subsets[0, best])
         chosen = chosen[np.argsort(-scores[chosen], kind="stable")]
         _, thr = select(scores, self.selection)
         details.update(chosen_lambda=float(lambdas[best]), gate_p_values=gate_p,
-                       val_ratio=val_ratio, epochs=epochs)
+                       val_ratio=val_ratio, epochs=fit.epochs)
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr,
-                            self._p_value(prep, split_p), lambdas, prep.expand(w[0]),
-                            list(split_p), t0, details)
+                            self._p_value(prep, fit.split_p), lambdas, prep.expand(w[0]),
+                            list(fit.split_p), t0, details)
 
 
 class MMDBaseline(_Selector):
@@ -340,7 +361,7 @@ class MMDBaseline(_Selector):
                        config=_optimiser(self.optimiser))
         scores = res.weights[0, 0].abs().cpu().numpy()
         chosen, thr = select(scores, self.selection)
-        *_, split_p, _, _ = self._split_fit(prep, np.zeros(1), 1, rng)
+        split_p = self._split_fit(prep, np.zeros(1), 1, rng).split_p
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr,
                             self._p_value(prep, split_p), np.zeros(1),
                             prep.expand(scores[None]), list(split_p), t0, {})

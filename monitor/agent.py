@@ -203,7 +203,7 @@ class Agent:
         span = self.inspector.decision.calibration.history
         rows = self.state.history((first - span).timestamp())
         if not rows and self.state.last_done() is None and self.inspector.calibrated:
-            times = history_times(self.inspector, self.plan, first)
+            times = history_times(self.inspector, first)
             added = self.tracker.backfill(times, self.read_window)
             rows = [(th.timestamp(), v) for th, v in sorted(self.tracker.history.items())]
             if added:

@@ -31,7 +31,7 @@ class CalibrationSettings:
 
     false_incident_interval: timedelta = timedelta(days=30)
     inspection_interval: timedelta = timedelta(hours=1)
-    min_history: timedelta = timedelta(days=2)
+    min_history: timedelta = timedelta(days=4)
     history: timedelta = timedelta(days=28)
 
     @property

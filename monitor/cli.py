@@ -14,11 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from monitor.names import METHODS, NORMALISE
+
 log = logging.getLogger("mmdwatch")
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
-METHODS = ("cv-aggregation", "model-selection", "mmd-baseline", "regression-baseline")
 
 
 class BadInput(Exception):
@@ -39,13 +40,15 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--false-incident-interval", metavar="DUR",
                    help="live profile: target mean time between false incidents "
                    "(default 30d)")
+    p.add_argument("--min-history", metavar="DUR",
+                   help="live profile: calibration history needed before the first alert")
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
     p.add_argument("--after", metavar="DUR",
                    help="after window length (default 16h; 7d in the retrospective profile)")
     p.add_argument("--method", choices=METHODS, help="selector (default cv-aggregation)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
-    p.add_argument("--normalise", choices=("before", "first", "zscore", "none"),
+    p.add_argument("--normalise", choices=NORMALISE,
                    help="window normalisation (default before)")
     p.add_argument("--block-size", metavar="DUR",
                    help='rows moved together in splits/permutations, e.g. 1d, or "none"')
@@ -133,9 +136,9 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
                         ("device", engine)):
         if getattr(args, key) is not None:
             target[key] = getattr(args, key)
-    if args.false_incident_interval is not None:
-        raw.setdefault("decision", {})["false_incident_interval"] = \
-            args.false_incident_interval
+    for key in ("false_incident_interval", "min_history"):
+        if getattr(args, key) is not None:
+            raw.setdefault("decision", {})[key] = getattr(args, key)
     if args.block_size is not None:
         engine["block_size"] = None if args.block_size.lower() in ("none", "null") \
             else args.block_size
@@ -217,13 +220,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
     """A SiteTracker whose history is backfilled from the source up to ``first``."""
-    from monitor.compose import build_incidents, inspection_interval
-    from monitor.schedule import InspectionPlan
+    from monitor.compose import build_incidents
     from monitor.tracker import SiteTracker, history_times
 
     tracker = SiteTracker(inspector, build_incidents(config))
-    plan = InspectionPlan(every=inspection_interval(config))
-    times = history_times(inspector, plan, first)
+    times = history_times(inspector, first)
     tracker.backfill(times, read)
     return tracker
 

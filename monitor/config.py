@@ -27,7 +27,8 @@ from pydantic import (
     model_validator,
 )
 
-from monitor.health import HealthConfig  # the health section belongs to the endpoint
+from monitor.health import HealthConfig
+from monitor.names import METHODS, Normalise  # the health section belongs to the endpoint
 from monitor.timeutil import format_duration, parse_duration, parse_time
 
 Duration = Annotated[
@@ -37,7 +38,6 @@ Duration = Annotated[
 ]
 Instant = Annotated[datetime, BeforeValidator(parse_time)]
 
-METHODS = ("cv-aggregation", "model-selection", "mmd-baseline", "regression-baseline")
 
 
 class ConfigError(Exception):
@@ -59,7 +59,7 @@ class WindowsConfig(_Section):
     after: Duration = Field(timedelta(days=7), description="length A of the after window")
     resample: Duration = Field(timedelta(hours=1), description="bin width, aligned to window start")
     aggregate: Literal["mean", "median", "min", "max", "first", "last"] = "mean"
-    normalise: Literal["before", "first", "zscore", "none"] = "before"
+    normalise: Normalise = "before"
     min_coverage: float = Field(0.5, gt=0.0, le=1.0,
                                 description="least share of bins with data, per sensor and window")
     min_sensors: int = Field(2, ge=2, description="fewer usable sensors -> status error")
@@ -152,7 +152,7 @@ class DecisionConfig(_Section):
         "engine: the engine's p-value vs engine.alpha")
     false_incident_interval: Duration = Field(
         timedelta(days=30), description="target mean time between false incidents")
-    min_history: Duration = Field(timedelta(days=2),
+    min_history: Duration = Field(timedelta(days=4),
                                   description="history needed before the first alert")
     history: Duration = Field(timedelta(days=28), description="history kept for calibration")
     resolve_after: Duration = Field(timedelta(hours=24),

@@ -16,19 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from connectors.console import format_change
 from monitor.calibration import CalibrationSettings, tail_pvalue
 from monitor.detection import STATISTIC, DetectorSettings
+from monitor.names import DEFAULT_METHOD, SELECTORS
 from monitor.timeutil import format_duration, iso
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "mmdwatch.inspection/v1"
-SELECTORS = {
-    "cv-aggregation": "CVAggregation",
-    "model-selection": "ModelSelection",
-    "mmd-baseline": "MMDBaseline",
-    "regression-baseline": "RegressionBaseline",
-}
 #: read_window(start, end) -> long frame with columns time (UTC), sensor, value
 ReadWindow = Callable[[Any, Any], Any]
 
@@ -51,7 +47,7 @@ def fingerprint(site: str, inspection_time: datetime, settings: dict[str, Any]) 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    method: str = "cv-aggregation"
+    method: str = DEFAULT_METHOD
     alpha: float = 0.05
     seed: int = 0
     device: str = "auto"
@@ -103,7 +99,8 @@ def _short_time(t: datetime) -> str:
 
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
               p_value: float | None, error: str | None = None,
-              alpha: float | None = None, level: float | None = None) -> str:
+              alpha: float | None = None, level: float | None = None,
+              sensors: list[dict[str, Any]] | None = None) -> str:
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
@@ -113,8 +110,13 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
     if status == "firing":
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
                                            if len(selected) > 8 else "")
-        return (f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} "
-                f"(p={p})")
+        text = f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} (p={p})"
+        rows = {r["sensor_id"]: r for r in sensors or []}
+        changes = [
+            name + " " + format_change(rows[name].get("raw_mean_before"),
+                                       rows[name].get("raw_mean_after"))
+            for name in selected[:3] if name in rows]
+        return f"{text}; {', '.join(changes)}" if changes else text
     if selected and p_value is not None:
         return f"No significant change at {when} across {n_sensors} sensors (p={p})"
     if level is not None:
@@ -201,7 +203,9 @@ class Inspector:
             # there is no result to record. The caller retries later (Agent.tick backs off).
             raise
         except Exception as exc:
-            if type(exc).__module__.startswith("engine"):
+            from engine.errors import EngineError  # lazy: importing engine imports torch
+
+            if isinstance(exc, EngineError):
                 self._fail(result, f"engine: {exc}")
             else:
                 log.exception("inspection at %s failed unexpectedly", iso(t))
@@ -217,7 +221,7 @@ class Inspector:
                                       result.get("error") or result.get("calibration"),
                                       self.engine.alpha,
                                       self.decision.calibration.level if self.calibrated
-                                      else None)
+                                      else None, result["sensors"])
         return Outcome(result, windows)
 
     @staticmethod

@@ -102,8 +102,17 @@ def cached_reader(frame: pd.DataFrame) -> Any:
     return read
 
 
-def history_times(inspector: Any, plan: Any, t: datetime) -> list[datetime]:
-    """Past inspection times of ``plan`` whose statistic calibrates the one at ``t``."""
-    span = inspector.decision.calibration.history
+def history_times(inspector: Any, t: datetime) -> list[datetime]:
+    """Past inspection times, one ``inspection_interval`` apart and aligned on ``t``, whose
+    statistic calibrates the one at ``t`` (after window ended by ``t``, within the span)."""
+    cal = inspector.decision.calibration
     after = inspector.spec.after
-    return [th for th in plan.between(t - span, t - after) if th + after <= t]
+    step = cal.inspection_interval
+    first = t - cal.history
+    out: list[datetime] = []
+    th = t - step
+    while th >= first:
+        if th + after <= t:
+            out.append(th)
+        th -= step
+    return out[::-1]

@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-Normalise = Literal["before", "first", "zscore", "none"]
+from connectors.timeutil import to_utc
+from monitor.names import NORMALISE, Normalise
 
 
 class WindowError(Exception):
@@ -68,11 +69,6 @@ class Windows:
     before: pd.DataFrame
     after: pd.DataFrame
     data_quality: dict[str, Any] = field(default_factory=dict)
-
-
-def to_utc(value: Any) -> pd.Timestamp:
-    stamp = pd.Timestamp(value)
-    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
 def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
@@ -153,7 +149,7 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
         mu = mu.where(mu_ok, 0.0)
         sd = sd.where(sd_ok, 1.0)
         return (before - mu) / sd, (after - mu) / sd, notes
-    raise ValueError(f"unknown normalise {how!r}; use before, first, zscore or none")
+    raise ValueError(f"unknown normalise {how!r}; use one of {', '.join(NORMALISE)}")
 
 
 def build_windows(readings: pd.DataFrame, t: Any, spec: WindowSpec) -> Windows:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import pandas as pd
+from connectors.timeutil import to_utc
 
 INSPECTION = "mmdwatch_inspection"
 SENSOR_SCORE = "mmdwatch_sensor_score"
@@ -58,9 +58,7 @@ def line(measurement: str, tags: dict[str, Any], fields: dict[str, Any], time_ns
 
 
 def _time_ns(result: dict[str, Any]) -> int:
-    ts = pd.Timestamp(result["inspection_time"])
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return int(ts.value)
+    return int(to_utc(result["inspection_time"]).value)
 
 
 def result_lines(result: dict[str, Any], *, inspection_measurement: str = INSPECTION,

@@ -20,6 +20,7 @@ from connectors.influxdb.http import (
     InfluxQueryError,
     _quote_ident,
 )
+from connectors.timeutil import to_utc
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,7 @@ class InfluxSourceConfig(InfluxConnectionConfig):
 
 def influx_time(ts: pd.Timestamp) -> str:
     """RFC 3339 literal for InfluxQL (naive = UTC)."""
-    ts = pd.Timestamp(ts)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return "'" + ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
+    return "'" + to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
 
 
 def window_query(config: InfluxSourceConfig, measurement_ref: str, start: pd.Timestamp,

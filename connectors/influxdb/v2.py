@@ -13,6 +13,7 @@ import pandas as pd
 from connectors.base import ConnectorError
 from connectors.influxdb.http import InfluxConnectionConfig, InfluxError, InfluxUnreachable
 from connectors.influxdb.source import AGGREGATES
+from connectors.timeutil import to_utc
 
 
 def _client(config: InfluxConnectionConfig) -> Any:
@@ -36,9 +37,7 @@ def _flux_string(text: str) -> str:
 
 
 def _rfc3339(ts: pd.Timestamp) -> str:
-    ts = pd.Timestamp(ts)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _wrap(exc: Exception, url: str) -> InfluxError:

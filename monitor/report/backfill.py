@@ -63,7 +63,8 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
     records = [
         render_figure(folder, "score_timeline", "Where: sensor scores over time",
                       _HEAT_CAPTION, lambda: score_timeline(timed)),
-        render_figure(folder, "p_value_timeline", "When: p-value over time", _P_CAPTION,
+        render_figure(folder, "p_value_timeline", "When: p-value over time",
+                      _p_caption(views),
                       lambda: p_value_timeline(timed)),
     ]
     elapsed = time.perf_counter() - started
@@ -192,7 +193,10 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     ax.set_ylabel("sensor id (highest peak score on top)")
     _date_axis(ax, edges)
     cbar = fig.colorbar(mesh, cax=cax)
-    cbar.set_label("importance score Π (unitless)")
+    kinds = {v.calibrated for v in views if v.sensors}
+    cbar.set_label("|z| of the detection statistic" if kinds == {True}
+                   else "score: Π, or |z| when calibrated" if kinds == {True, False}
+                   else "importance score Π (unitless)")
     _legend_below(fig, ax, height)
     ax.set_title(f"Sensor scores per inspection, {_span_text(views)} "
                  f"({len(views)} inspections, {len(firing)} firing)", fontsize=11, pad=18)
@@ -245,9 +249,12 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     if errors.any():
         ax.scatter(centres[errors], np.full(int(errors.sum()), floor / 1.5 * 1.25), marker="x",
                    s=35, color=style.ERROR_COLOUR, zorder=3, label=f"error ({int(errors.sum())})")
-    alphas = {v.alpha for v in views if v.alpha is not None}
-    for a in sorted(alphas):
-        ax.axhline(a, color=style.THRESHOLD_COLOUR, ls="--", lw=1.0, label=f"α = {a:g}")
+    # What each p-value was compared with: α (engine decision) or the alert level of a
+    # calibrated decision (result["detection"]["level"]).
+    levels = {(v.alert_level, v.calibrated) for v in views if v.alert_level is not None}
+    for a, calibrated in sorted(levels):
+        ax.axhline(a, color=style.THRESHOLD_COLOUR, ls="--" if not calibrated else ":",
+                   lw=1.0, label=f"alert level {style.p_text(a)}" if calibrated else f"α = {a:g}")
     ax.set_ylabel("p-value (log scale)")
     _date_axis(ax, edges)
     ax.grid(alpha=0.3, which="major")
@@ -268,6 +275,21 @@ _P_CAPTION = (
     "The p-value of the before/after test at each inspection time, on a log scale; the dashed "
     "line is α. Points below it with a selected sensor fire (purple). A p-value of 0 is drawn "
     "on the bottom of the axis.")
+_P_CAPTION_CALIBRATED = (
+    "The p-value of the detection statistic at each inspection time, from the site's own "
+    "history, on a log scale; the dotted line is the alert level. Points below it fire "
+    "(purple). A p-value of 0 is drawn on the bottom of the axis.")
+_P_CAPTION_MIXED = (
+    "The p-value of each inspection's decision, on a log scale: the engine's test against α "
+    "(dashed line), or, for calibrated inspections, the detection statistic's p-value from "
+    "the site's history against the alert level (dotted line). Purple points fired. A p-value "
+    "of 0 is drawn on the bottom of the axis.")
+
+
+def _p_caption(views: list[InspectionView]) -> str:
+    kinds = {v.calibrated for v in views}
+    return (_P_CAPTION_CALIBRATED if kinds == {True} else _P_CAPTION_MIXED if True in kinds
+            else _P_CAPTION)
 
 
 def _index_page(views: list[InspectionView], records: list[H.FigureRecord],

@@ -77,8 +77,44 @@ def _sensor_ticks(ax: Any, labels: Sequence[str], axis: str, selected: set[str])
 # --------------------------------------------------------------------------- scores
 
 
+def _decision_text(view: InspectionView) -> str:
+    """What decided, for titles: the method and selection rule, or the calibrated statistic."""
+    if view.calibrated:
+        return f"calibrated {view.detection.get('statistic') or 'detection statistic'}"
+    method = view.method or "method n/a"
+    return f"{method}, {view.selection_rule} rule" if view.selection_rule else method
+
+
+def _titled_figure(parts: list[str], width: float, height: float, *, left: float,
+                   right: float, bottom: float, top: float, **margins: Any) -> tuple[Figure, str]:
+    """A figure whose title (``parts``, wrapped to the axes' width) fits: each extra title
+    line adds its height to the figure and the top margin, so the axes keep their size."""
+    lines = style.title_lines(parts, width - left - right)
+    extra = style.TITLE_LINE_IN * (len(lines) - 1)
+    fig = new_figure(width, height + extra)
+    style.set_margins(fig, left=left, right=right, bottom=bottom, top=top + extra, **margins)
+    return fig, "\n".join(lines)
+
+
+def threshold_placement(view: InspectionView) -> str:
+    """Where the score chart shows the threshold: ``"drawn"`` (a dashed line, the axis
+    raised to it when it is at most 3x the highest bar), ``"above the axis"`` (farther: named
+    in the legend only, so the bars are not squashed) or ``"none"`` (no finite threshold)."""
+    thr = view.threshold
+    if thr is None or not np.isfinite(thr):
+        return "none"
+    scores = np.nan_to_num(view.scores, nan=0.0)
+    top = float(scores.max()) if len(scores) else 0.0
+    ymax = top * 1.1 if top > 0 else 1.0
+    return "drawn" if thr < ymax or (top > 0 and thr <= 3 * top) else "above the axis"
+
+
 def score_bars(view: InspectionView) -> Drawn:
-    """Ranked bar chart of every sensor's score; selected highlighted; threshold line."""
+    """Ranked bar chart of every sensor's score; selected highlighted; threshold line.
+
+    Engine decision: the selector's scores and its selection rule's threshold. Calibrated
+    decision: ``|z|`` per sensor, the sensors named in the alert, and the line where ``z**2``
+    reaches the alert threshold of the detection statistic."""
     if not view.sensors:
         raise ReportInputError(
             "the result lists no sensor scores (status "
@@ -90,40 +126,65 @@ def score_bars(view: InspectionView) -> Drawn:
     chosen = set(view.selected)
     colours = [style.SELECTED_COLOUR if s in chosen else style.OTHER_COLOUR for s in ids]
     depth = _sensor_label_depth(ids)
-    fig = new_figure(style.figure_width_for(len(ids)), 3.9 + depth)
-    style.set_margins(fig, left=0.85, right=0.2, bottom=depth, top=0.4)
+    verb = "named" if view.calibrated else "selected"
+    what = "|z|" if view.calibrated else "scores"
+    fig, title = _titled_figure(
+        [f"Sensor {what}, {_title_when(view)}:", f"{len(chosen)} of {len(ids)} {verb},",
+         f"p = {style.p_text(view.p_value)}", f"({_decision_text(view)})"],
+        style.figure_width_for(len(ids)), 3.9 + depth, left=0.85, right=0.2, bottom=depth,
+        top=0.4)
     ax = fig.add_subplot()
     x = np.arange(len(ids))
     ax.bar(x, scores, color=colours, width=0.8, edgecolor="none")
-    handles = [Patch(color=style.OTHER_COLOUR, label="not selected")]
+    handles = [Patch(color=style.OTHER_COLOUR, label=f"not {verb}")]
     if chosen:
-        handles.insert(0, Patch(color=style.SELECTED_COLOUR, label=f"selected ({len(chosen)})"))
+        handles.insert(0, Patch(color=style.SELECTED_COLOUR,
+                                label=f"{verb} in the alert ({len(chosen)})" if view.calibrated
+                                else f"selected ({len(chosen)})"))
     top = float(scores.max()) if len(scores) else 0.0
     ax.set_ylim(0, top * 1.1 if top > 0 else 1.0)
     if top <= 0:
         ax.text(0.5, 0.5, _no_weight_note(view), transform=ax.transAxes, ha="center",
                 va="center", fontsize=10, color="#444444", wrap=True)
-    if view.threshold is not None and np.isfinite(view.threshold):
-        line = ax.axhline(view.threshold, color=style.THRESHOLD_COLOUR, ls="--", lw=1.2,
-                          label=f"selection threshold = {style.score_text(view.threshold)}")
-        handles.append(line)
+    shown = threshold_placement(view)
+    if shown != "none":
+        label = (f"alert threshold z² = {style.score_text(view.z2_threshold)} "
+                 f"(|z| = {style.score_text(view.threshold)})" if view.calibrated
+                 else f"selection threshold = {style.score_text(view.threshold)}"
+                 + (f" ({view.selection_rule} rule)" if view.selection_rule else ""))
+        line_style = {"color": style.THRESHOLD_COLOUR, "ls": "--", "lw": 1.2}
+        if shown == "drawn":
+            if view.threshold >= ax.get_ylim()[1]:
+                ax.set_ylim(0, view.threshold * 1.3)  # a little higher: show the line
+            handles.append(ax.axhline(view.threshold, label=label, **line_style))
+        else:  # far above every bar (a calibrated "ok"): say so rather than squash the bars
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], label=f"{label}, above the axis", **line_style))
     _sensor_ticks(ax, ids, "x", chosen)
     ax.set_xlim(-0.6, len(ids) - 0.4)
-    ax.set_xlabel("sensor id (ranked by score)" if top > 0 else "sensor id (all tied)")
-    ax.set_ylabel("importance score Π (unitless)")
+    if top <= 0:
+        ax.set_xlabel("sensor id (all tied)")
+    else:
+        ax.set_xlabel("sensor id (ranked by |z|)" if view.calibrated
+                      else "sensor id (ranked by score)")
+    ax.set_ylabel("|z| of the detection statistic (unitless)" if view.calibrated
+                  else "importance score Π (unitless)")
     ax.legend(handles=handles, loc="upper right", fontsize=9, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.set_title(f"Sensor scores, {_title_when(view)}: {len(chosen)} of {len(ids)} selected, "
-                 f"p = {style.p_text(view.p_value)} ({view.method or 'method n/a'})",
-                 fontsize=11)
+    ax.set_title(title, fontsize=11)
     return Drawn(fig, {"sensors": len(ids), "selected": len(chosen),
-                       "threshold": view.threshold})
+                       "threshold": view.threshold, "threshold_line": shown})
 
 
 def lambda_heatmap(view: InspectionView) -> Drawn:
     """Pi_lambda as a heatmap: rows = penalty levels lambda, columns = sensors (ranked)."""
     mat = view.scores_per_lambda
+    if (mat is None or view.lambdas is None) and view.calibrated:
+        raise ReportInputError(
+            f"the calibrated decision runs the engine only when it fires, and this inspection "
+            f"is {view.status!r}, so there are no per-λ scores; the score chart shows |z|")
     if mat is None or view.lambdas is None:
         raise ReportInputError(
             f"the result has no engine.scores_per_lambda/engine.lambdas (method "
@@ -146,8 +207,10 @@ def lambda_heatmap(view: InspectionView) -> Drawn:
     labels = [labels[j] for j in order]
 
     depth = _sensor_label_depth(labels)
-    fig = new_figure(style.figure_width_for(n_sensor) + 1.2, 1.5 + depth + 0.32 * n_lambda)
-    style.set_margins(fig, left=0.95, right=0.75, bottom=depth, top=0.4)
+    fig, title = _titled_figure(
+        ["Per-λ scores Π_λ,", _title_when(view), f"({n_lambda} λ × {n_sensor} sensors)"],
+        style.figure_width_for(n_sensor) + 1.2, 1.5 + depth + 0.32 * n_lambda, left=0.95,
+        right=0.75, bottom=depth, top=0.4)
     ax = fig.add_subplot()
     finite = mat[np.isfinite(mat)]
     vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
@@ -159,13 +222,13 @@ def lambda_heatmap(view: InspectionView) -> Drawn:
     _sensor_ticks(ax, labels, "x", set(view.selected))
     ax.set_yticks(range(n_lambda))
     ax.set_yticklabels([f"{v:.3g}" for v in view.lambdas], fontsize=9)
-    ax.set_xlabel("sensor id (ranked by aggregated score; selected in purple)")
+    ax.set_xlabel("sensor id (same order as the score chart; "
+                  f"{'named' if view.calibrated else 'selected'} in purple)")
     ax.set_ylabel("1/C of the logistic regression" if view.method == "regression-baseline"
                   else "L1 penalty λ")
     cbar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.04)
     cbar.set_label("Π_λ (unitless)")
-    ax.set_title(f"Per-λ scores Π_λ, {_title_when(view)} ({n_lambda} λ × {n_sensor} sensors)",
-                 fontsize=11)
+    ax.set_title(title, fontsize=11)
     return Drawn(fig, {"sensors": n_sensor, "lambdas": n_lambda})
 
 
@@ -210,11 +273,19 @@ def profile(view: InspectionView, sensor: str, *,
             f"sensor {sensor!r} is in none of the window frames passed to the report; "
             "pass before/after frames that include it")
     panels = int(have_raw) + int(have_norm)
-    fig = new_figure(6.2 * panels + 0.4, 3.9)
-    style.set_margins(fig, left=0.95, right=0.2, bottom=0.62, top=0.62, gap=1.05,
-                      columns=panels)
-    axes = fig.subplots(1, panels, squeeze=False)[0]
     row = next((r for r in view.sensors if r.sensor_id == sensor), None)
+    score = "|z|" if view.calibrated else "score"
+    rank = f"rank {row.rank}, {score} {style.score_text(row.score)}" if row else "not ranked"
+    if sensor in set(view.selected):
+        rank += ", named" if view.calibrated else ", selected"
+    # The suptitle spans the whole figure (0.2 in spare): wrap it to that, not to a panel.
+    width = 6.2 * panels + 0.4
+    fig, title = _titled_figure([f"Sensor {sensor} ({rank}):", "before vs after,",
+                                 _title_when(view)], width, 3.9, left=0.1, right=0.1,
+                                bottom=0.62, top=0.62)
+    style.set_margins(fig, left=0.95, right=0.2, bottom=0.62,
+                      top=0.62 + fig.get_size_inches()[1] - 3.9, gap=1.05, columns=panels)
+    axes = fig.subplots(1, panels, squeeze=False)[0]
     meta: dict[str, Any] = {"sensor": sensor, "raw_points": 0, "hours": 0}
     k = 0
     if have_raw:
@@ -260,10 +331,7 @@ def profile(view: InspectionView, sensor: str, *,
         ax.set_title("daily profile, before vs after", fontsize=10)
         ax.legend(fontsize=8, loc="best", frameon=False, ncols=2)
         ax.grid(alpha=0.3)
-    rank = f"rank {row.rank}, score {style.score_text(row.score)}" if row else "not ranked"
-    chosen = ", selected" if sensor in set(view.selected) else ""
-    fig.suptitle(f"Sensor {sensor} ({rank}{chosen}): before vs after, {_title_when(view)}",
-                 fontsize=11, y=1 - 0.08 / fig.get_size_inches()[1], va="top")
+    fig.suptitle(title, fontsize=11, y=1 - 0.08 / fig.get_size_inches()[1], va="top")
     meta["panels"] = panels
     return Drawn(fig, meta)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from pathlib import Path
@@ -71,10 +72,10 @@ def write_inspection_report(
             "writable directory or unset it") from exc
 
     records: list[H.FigureRecord] = [
-        render_figure(folder, "scores", "Ranked sensor scores", _SCORES_CAPTION,
+        render_figure(folder, "scores", "Ranked sensor scores", scores_caption(view),
                       lambda: figs.score_bars(view)),
         render_figure(folder, "lambda_heatmap", "Scores per penalty level λ (Π_λ)",
-                      _heatmap_caption(view.method), lambda: figs.lambda_heatmap(view)),
+                      heatmap_caption(view), lambda: figs.lambda_heatmap(view)),
     ]
     records.extend(_profiles(folder, view, before_raw, after_raw, before, after))
     records.append(_map(folder, view, sensors_file, links_file))
@@ -142,17 +143,107 @@ def _map(folder: Path, view: InspectionView, sensors_file: Path | None,
 
 # --------------------------------------------------------------------------- page
 
-_SCORES_CAPTION = (
-    "Every sensor's aggregated importance score Π, highest first. Purple bars are the sensors "
-    "selected as carrying the change; the dashed line is the selection threshold (the first "
-    "empty bin of the score histogram). A high score means the sensor's distribution differs "
-    "between the windows in a way the test detects.")
+#: What each method's per-sensor score is (engine/selectors.py).
+_SCORE_MEANING = {
+    "cv-aggregation": "aggregated importance score Π: its ARD weight averaged over the L1 "
+                      "penalty levels λ and the cross-validation splits whose test was "
+                      "significant",
+    "model-selection": "ARD weight at the one penalty level λ with the best validation power",
+    "mmd-baseline": "ARD weight of the MMD kernel fitted without penalty (λ = 0)",
+    "regression-baseline": "absolute coefficient of the L1 logistic regression",
+}
+#: What each selection rule of engine/selection.py does, in words (the keys are its RULES).
+SELECTION_RULES = {
+    "gap": "the largest gap between consecutive scores, sorted and scaled by the highest score "
+           "(the gap from the lowest score down to 0 counts too); the sensors above the gap are "
+           "selected",
+    "histogram": "the widest run of empty bins of a 100-bin histogram of the scores; the "
+                 "sensors above it are selected",
+    "first_empty": "the first empty bin of a 100-bin histogram of the scores; the sensors "
+                   "above it are selected",
+}
 
 
-def _heatmap_caption(method: str | None) -> str:
+def scores_caption(view: InspectionView) -> str:
+    """How to read the score chart (escaped HTML): what the bars are, what made the purple
+    ones and where the dashed line is, as the result says the inspection decided."""
+    if view.calibrated:
+        return _calibrated_scores_caption(view)
+    meaning = _SCORE_MEANING.get(view.method or "", "importance score")
+    parts = [f"Every sensor's {H.esc(meaning)}, highest first."]
+    n = len(view.selected)
+    thr = view.threshold
+    rule = view.selection_rule
+    if thr is None or not math.isfinite(thr):
+        parts.append("No score is positive, so the selection rule selects no sensor and no "
+                     "threshold line is drawn." if view.sensors else "")
+    else:
+        line = f"the dashed line at {H.esc(style.score_text(thr))} is the selection threshold"
+        if rule:
+            how = f"{line} of the engine's <code>{H.esc(rule)}</code> selection rule"
+            how += f": {SELECTION_RULES[rule]}." if rule in SELECTION_RULES else "."
+        else:
+            how = (f"{line} the engine reported (this result does not record its selection "
+                   "rule).")
+        purple = (f"Purple bars are the {n} sensor{'s' if n != 1 else ''} selected as carrying "
+                  "the change; " if n else "No sensor is selected; ")
+        parts.append(purple + how)
+    if n and view.p_value is not None and view.alpha is not None and view.p_value >= view.alpha:
+        parts.append(f"The test was not significant (p = {H.esc(style.p_text(view.p_value))} ≥ "
+                     f"α = {H.esc(style.p_text(view.alpha))}), so the selection raises no "
+                     "alert.")
+    parts.append("A high score means the sensor's distribution differs between the windows in "
+                 "a way the test detects.")
+    return " ".join(p for p in parts if p)
+
+
+def _calibrated_scores_caption(view: InspectionView) -> str:
+    det = view.detection
+    stat = H.esc(det.get("statistic") or "detection statistic")
+    parts = [(f"Sensors ranked by |z| of the detection statistic (<code>{stat}</code>), "
+              "highest first: z is the shift of the sensor's residual (its reading minus its "
+              "before-window profile, common mode removed) in the after window against the end "
+              "of the before window, in units of that shift's spread over the before window.")]
+    z2 = view.z2_threshold
+    n = len(view.selected)
+    level = view.alert_level
+    if z2 is None or not math.isfinite(z2):
+        parts.append("No alert threshold yet (the statistic's history is too short or cannot "
+                     "reach the alert level), so no sensor is named and no line is drawn.")
+    else:
+        at = f"|z| = {H.esc(style.score_text(math.sqrt(z2)))}"
+        where = (f"the dashed line at {at}" if figs.threshold_placement(view) == "drawn" else
+                 f"{at}, far above every bar (named in the legend, not drawn),")
+        line = (f"{where} is where z² reaches the alert threshold "
+                f"{H.esc(style.score_text(z2))} (detection.threshold)")
+        if n:
+            below = [r.sensor_id for r in view.sensors
+                     if r.sensor_id in set(view.selected) and r.score ** 2 < z2]
+            parts.append(f"Purple bars are the {n} sensor{'s' if n != 1 else ''} named in the "
+                         f"alert, those whose z² alone is at or above the threshold; {line}.")
+            if below:
+                parts.append(f"No sensor's z² reaches it alone, so the strongest "
+                             f"({H.esc(', '.join(below))}) is named.")
+        else:
+            why = (f"the statistic's p-value {H.esc(style.p_text(view.p_value))} is not below "
+                   f"the alert level {H.esc(style.p_text(level))}" if level is not None
+                   and view.p_value is not None else "the inspection did not fire")
+            parts.append(f"No sensor is named: {why}; {line}.")
+    if any(r.engine_score is not None for r in view.sensors):
+        parts.append(f"The engine ({H.esc(view.method or 'n/a')}) ran beside the statistic on "
+                     "its residuals; its scores are in the sensor table and the λ heatmap, "
+                     "not used to rank.")
+    return " ".join(parts)
+
+
+def heatmap_caption(view: InspectionView) -> str:
+    method = view.method
     base = ("Score of each sensor (columns, same order as the bar chart) at each L1 penalty "
             "level λ (rows). A sensor that stays bright as λ grows keeps its weight under a "
             "strong sparsity penalty: its change is robust. ")
+    if view.calibrated:
+        base = ("These are the engine's scores, from its run beside the calibrated decision "
+                "on the detection statistic's residuals (the bar chart ranks by |z|). " + base)
     how = {
         "cv-aggregation": "The aggregated score is the mean over the rows (each row already "
                           "averages the cross-validation splits, counting only splits whose "
@@ -164,6 +255,8 @@ def _heatmap_caption(method: str | None) -> str:
                                "absolute coefficient at the C chosen by cross-validation.",
     }
     return base + how.get(method or "", "")
+
+
 _PROFILE_CAPTION = (
     'Left: the hourly series over the <span class="before">before</span> and '
     '<span class="after">after</span> windows, in the source\'s units, dashed line at the '
@@ -207,13 +300,33 @@ def _index_page(view: InspectionView, records: list[H.FigureRecord], elapsed: fl
 
 def _facts(view: InspectionView) -> list[tuple[str, str]]:
     p = H.esc(style.p_text(view.p_value))
-    if view.p_value is not None and view.alpha is not None:
-        verdict = "significant" if view.p_value < view.alpha else "not significant"
-        p += f" ({verdict} at α = {H.esc(style.p_text(view.alpha))})"
-    rows = [("status", H.badge(view.status)), ("p-value", p),
-            ("method", H.esc(view.method or "n/a")),
-            ("selected sensors", H.esc(", ".join(view.selected) or "none")
-             + f" ({len(view.selected)} of {len(view.sensors)})")]
+    level = view.alert_level
+    if view.p_value is not None and level is not None:
+        if view.calibrated:
+            verdict = "below" if view.p_value < level else "not below"
+            p += f" ({verdict} the alert level {H.esc(style.p_text(level))})"
+        else:
+            verdict = "significant" if view.p_value < level else "not significant"
+            p += f" ({verdict} at α = {H.esc(style.p_text(level))})"
+    rows = [("status", H.badge(view.status)), ("p-value", p)]
+    if view.calibrated:
+        det = view.detection
+        z2 = view.z2_threshold
+        rows.append(("decision", (
+            f"calibrated: detection statistic <code>{H.esc(det.get('statistic') or 'n/a')}"
+            f"</code> = {H.esc(style.score_text(det.get('value')))}, alert threshold "
+            f"{H.esc(style.score_text(z2) if z2 is not None else 'not set yet')}, from "
+            f"{H.esc(det.get('history_n', 'n/a'))} past values")))
+    beside = ""
+    if view.calibrated and view.method:
+        beside = (" (ran beside the calibrated decision)" if view.result.get("engine")
+                  else " (not run: it runs beside the calibrated decision when that fires)")
+    rows.append(("method", H.esc(view.method or "n/a") + beside))
+    if view.selection_rule and not view.calibrated:
+        rows.append(("selection rule", f"<code>{H.esc(view.selection_rule)}</code>"))
+    rows.append(("named sensors" if view.calibrated else "selected sensors",
+                 H.esc(", ".join(view.selected) or "none")
+                 + f" ({len(view.selected)} of {len(view.sensors)})"))
     w = view.windows
     for name, cls in (("before", "before"), ("after", "after")):
         win = w.get(name) if isinstance(w.get(name), dict) else None
@@ -275,6 +388,7 @@ def _sensor_table(view: InspectionView) -> str:
     """Every sensor, ranked; window means in source units when the result has them."""
     raw = all(r.raw_mean_before is not None for r in view.sensors)
     unit = "source units" if raw else "normalised"
+    engine = any(r.engine_score is not None for r in view.sensors)
     rows, classes = [], []
     for r in view.sensors:
         before, after = ((r.raw_mean_before, r.raw_mean_after) if raw
@@ -282,13 +396,19 @@ def _sensor_table(view: InspectionView) -> str:
         change = ""
         if before not in (None, 0) and after is not None:
             change = f"{after - before:+.4g} ({(after - before) / abs(before):+.2%})"
-        rows.append([str(r.rank), H.esc(r.sensor_id), style.score_text(r.score),
-                     "yes" if r.sensor_id in view.selected else "",
-                     _mean_text(before), _mean_text(after), change])
+        cells = [str(r.rank), H.esc(r.sensor_id), style.score_text(r.score),
+                 "yes" if r.sensor_id in view.selected else "",
+                 _mean_text(before), _mean_text(after), change]
+        if engine:
+            cells.append(style.score_text(r.engine_score))
+        rows.append(cells)
         classes.append("sel" if r.sensor_id in view.selected else "")
-    return H.table(["rank", "sensor", "score", "selected", f"mean before ({unit})",
-                    f"mean after ({unit})", "change"], rows, numeric={0, 2, 4, 5, 6},
-                   row_classes=classes)
+    header = ["rank", "sensor", "|z|" if view.calibrated else "score",
+              "named" if view.calibrated else "selected", f"mean before ({unit})",
+              f"mean after ({unit})", "change"]
+    if engine:
+        header.append(f"engine score ({view.method or 'n/a'})")
+    return H.table(header, rows, numeric={0, 2, 4, 5, 6, 7}, row_classes=classes)
 
 
 def _mean_text(value: float | None) -> str:

@@ -7,10 +7,12 @@ sensor ids must stay legible whether the network has 5 or 500 sensors.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
+
+from monitor.timeutil import parse_time as _parse_time
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 BEFORE_COLOUR = "#0072B2"  # blue: the before window, in every figure
@@ -55,22 +57,15 @@ def figure_width_for(n: int, per_item: float = 0.24, base: float = 2.5,
 
 
 def parse_time(value: object) -> datetime | None:
-    """ISO 8601 text (``Z`` or offset, naive = UTC) or datetime -> aware UTC datetime."""
+    """:func:`monitor.timeutil.parse_time` for reading results back: an aware UTC datetime
+    (ISO 8601 text, ``Z`` or offset, naive = UTC), or None where the value is missing or
+    not a time, so a report still renders."""
     if value is None:
         return None
-    if isinstance(value, datetime):
-        dt = value
-    else:
-        text = str(value).strip()
-        if not text:
-            return None
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+    try:
+        return _parse_time(value if isinstance(value, datetime | int | float) else str(value))
+    except ValueError:
+        return None
 
 
 def time_text(value: object) -> str:
@@ -108,6 +103,27 @@ def text_width_in(text: str, fontsize: float) -> float:
     """Approximate width in inches of ``text`` at ``fontsize`` points (DejaVu Sans averages
     about 0.62 em per glyph): enough to size a margin without drawing the figure."""
     return len(text) * fontsize * 0.62 / 72
+
+
+#: Extra height (inches) of each title line beyond the first, at the 11-point title size.
+TITLE_LINE_IN = 0.2
+
+
+def title_lines(parts: Sequence[str], width_in: float, fontsize: float = 11.0) -> list[str]:
+    """``parts`` joined by spaces into as few lines as fit ``width_in`` inches at
+    ``fontsize`` (by :func:`text_width_in`, which errs wide), breaking only between parts; a
+    part wider than a line on its own is broken at its spaces. Titles are centred on their
+    axes, so a line that does not fit is cut at both edges of the PNG."""
+    import textwrap
+
+    chars = max(int(width_in / text_width_in("x", fontsize)), 10)
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 1 + len(part) <= chars:
+            lines[-1] += " " + part
+        else:
+            lines.extend(textwrap.wrap(part, chars) or [""])
+    return lines
 
 
 def set_margins(fig: Any, *, left: float, right: float, bottom: float, top: float,

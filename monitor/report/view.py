@@ -3,6 +3,16 @@
 Reports must render whatever arrives: a firing result, an ``ok`` one, a ``status: error``
 result without scores, or an older result missing ``engine``. Every figure and the HTML read
 the result through :class:`InspectionView` so each missing piece is handled in one place.
+
+Two decisions make results (``test.decision``):
+
+* the engine's (absent or ``"engine"``): sensors' ``score`` is the selector's importance,
+  ``engine.threshold`` the threshold of its selection rule (``engine.params.selection``)
+  on those scores, and the p-value is compared with ``test.alpha``;
+* ``"calibrated"``: sensors' ``score`` is ``|z|`` of the detection statistic, the named
+  sensors are those with ``z**2`` at or above ``detection.threshold`` (the alert threshold
+  on the statistic's scale), and the p-value is compared with ``detection.level``. The
+  engine block, when present, is the engine run beside it on the residuals.
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ class SensorRow:
     mean_after: float | None = None
     raw_mean_before: float | None = None  # in source units, when the result has them
     raw_mean_after: float | None = None
+    engine_score: float | None = None  # calibrated decision: the engine's score beside |z|
 
 
 def _float(value: Any, default: float = math.nan) -> float:
@@ -67,6 +78,9 @@ class InspectionView:
     normalise: str | None
     windows: dict[str, Any] = field(default_factory=dict)
     data_quality: dict[str, Any] = field(default_factory=dict)
+    decision: str = "engine"  # "engine" | "calibrated" (result["test"]["decision"])
+    selection_rule: str | None = None  # engine.params.selection, when recorded
+    detection: dict[str, Any] = field(default_factory=dict)  # result["detection"] or {}
 
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> InspectionView:
@@ -97,6 +111,15 @@ class InspectionView:
 
         p_value = _opt_float(test.get("p_value", engine.get("p_value")))
         raw_time = result.get("inspection_time")
+        detection = (result.get("detection")
+                     if isinstance(result.get("detection"), dict) else {})
+        decision = "calibrated" if test.get("decision") == "calibrated" else "engine"
+        if decision == "calibrated":  # the line sits where z**2 reaches the alert threshold
+            z2 = _opt_float(detection.get("threshold"))
+            threshold = math.sqrt(z2) if z2 is not None and z2 >= 0 else None
+        else:
+            threshold = _opt_float(engine.get("threshold"))
+        rule = params.get("selection")
         return cls(
             result=result,
             site=str(result.get("site") or "site"),
@@ -110,14 +133,33 @@ class InspectionView:
             error=None if result.get("error") is None else str(result.get("error")),
             sensors=sensors,
             selected=selected,
-            threshold=_opt_float(engine.get("threshold")),
+            threshold=threshold,
             lambdas=lambdas,
             scores_per_lambda=per_lambda,
             engine_labels=labels,
             normalise=windows.get("normalise"),
             windows=windows,
             data_quality=quality,
+            decision=decision,
+            selection_rule=str(rule) if rule else None,
+            detection=detection,
         )
+
+    @property
+    def calibrated(self) -> bool:
+        return self.decision == "calibrated"
+
+    @property
+    def alert_level(self) -> float | None:
+        """What the p-value is compared with: ``detection.level`` (calibrated) or α."""
+        if self.calibrated:
+            return _opt_float(self.detection.get("level"))
+        return self.alpha
+
+    @property
+    def z2_threshold(self) -> float | None:
+        """Calibrated decision: the alert threshold on ``z**2`` (None when not set yet)."""
+        return _opt_float(self.detection.get("threshold")) if self.calibrated else None
 
     @property
     def sensor_ids(self) -> list[str]:
@@ -164,6 +206,7 @@ def _sensor_rows(result: dict[str, Any], engine: dict[str, Any]) -> list[SensorR
                 mean_after=_opt_float(item.get("mean_after")),
                 raw_mean_before=_opt_float(item.get("raw_mean_before")),
                 raw_mean_after=_opt_float(item.get("raw_mean_after")),
+                engine_score=_opt_float(item.get("engine_score")),
             ))
     elif isinstance(engine.get("labels"), list) and engine.get("scores") is not None:
         scores = _array(engine.get("scores"), ndim=1)

@@ -210,3 +210,19 @@ def test_torch_length_scales_used_on_gpus_equal_numpy(n):
     for heuristic in ("median", "mean"):
         np.testing.assert_allclose(_length_scales_torch(torch.as_tensor(z), heuristic).numpy(),
                                    _length_scales_numpy(z, heuristic), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "laplace"])
+def test_pooled_kernel_matrices_are_the_ard_kernel(kind):
+    """``kernel_matrices`` (the permutation tests' cdist form) and ``ard_kernel`` (the
+    optimiser's scale-times-differences form) are one kernel."""
+    from engine.kernels import kernel_matrices
+
+    rng = np.random.default_rng(7)
+    z = torch.as_tensor(rng.normal(size=(2, 9, 4)))
+    w = torch.as_tensor(rng.uniform(0.2, 2, size=(2, 4)))
+    gamma = torch.as_tensor(rng.uniform(0.5, 2, size=4))
+    got = kernel_matrices(z, w, gamma, kind)
+    for k in range(2):
+        np.testing.assert_allclose(got[k].numpy(), ard_kernel(z[k], z[k], w[k], gamma, kind).numpy(),
+                                   rtol=1e-10, atol=1e-12)

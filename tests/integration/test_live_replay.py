@@ -78,7 +78,7 @@ def test_live_defaults_open_one_incident_after_the_leak(tmp_path, mosquitto_pers
     times = [pd.Timestamp(r["inspection_time"]) for r in results]
     assert all(b - a == pd.Timedelta(hours=1) for a, b in itertools.pairwise(times))  # hourly
     assert {r["status"] for r in results} <= {"calibrating", "ok", "firing"}
-    assert results[0]["status"] == "calibrating" and "of 2.0 days" in results[0]["summary"]
+    assert results[0]["status"] == "calibrating" and "of 4.0 days" in results[0]["summary"]
     events = [(pd.Timestamp(r["inspection_time"]), r["incident"]) for r in results
               if (r.get("incident") or {}).get("event")]
     opened = [(t, inc) for t, inc in events if inc["event"] == "opened"]

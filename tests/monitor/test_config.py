@@ -31,7 +31,7 @@ def test_defaults_and_derived_values():
     assert c.engine.method == "cv-aggregation" and c.block_rows is None
     assert c.health.port is None and c.report_dir is None
     assert c.source.type == "file" and [s.type for s in c.sinks] == ["console"]
-    assert c.retention == timedelta(days=7, hours=6) + timedelta(days=1) + timedelta(days=2)
+    assert c.retention == timedelta(days=7, hours=16) + timedelta(days=1) + timedelta(days=4)
     # the retrospective profile: the paper's setting
     c = validate_config({**GOOD, "profile": "retrospective"}, env={})
     assert c.windows.after == timedelta(days=7) and c.windows.normalise == "before"

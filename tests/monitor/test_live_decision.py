@@ -128,7 +128,7 @@ def test_inspect_names_the_leak_hours_after_onset_with_calibrated_history():
     result = json.loads(out.stdout)
     assert result["status"] == "firing", result["summary"]
     assert result["windows"]["after"]["n"] == 16 and result["windows"]["before"]["n"] == 168
-    assert result["detection"]["history_n"] >= 48
+    assert result["detection"]["history_n"] >= 96
     assert result["detection"]["p_value"] < result["detection"]["level"]
     top3 = [s["sensor_id"] for s in result["sensors"][:3]]
     assert set(top3) & set(truth["sensors_by_leak_effect"][:3]), top3
@@ -147,5 +147,5 @@ def test_too_little_history_is_a_clear_calibrating_status():
     result = json.loads(out.stdout)
     assert result["status"] == "calibrating"
     assert result["calibration"].startswith("calibrating: ")
-    assert "of 2.0 days of history" in result["summary"]
+    assert "of 4.0 days of history" in result["summary"]
     assert result["selected_sensors"] == [] and result["test"]["p_value"] is None

@@ -1,0 +1,53 @@
+"""The console sink's text: the top sensors' change in the source's units."""
+from __future__ import annotations
+
+import io
+
+from connectors.console import ConsoleSink, ConsoleSinkConfig, format_change, render_text
+
+
+def _result(**sensor_extra):
+    sensor = {"sensor_id": "s06", "rank": 1, "score": 0.42, "selected": True,
+              "mean_before": 1.0, "mean_after": 0.9729,
+              "raw_mean_before": 36.12, "raw_mean_after": 35.14}
+    sensor.update(sensor_extra)
+    return {"status": "firing", "site": "demo", "inspection_time": "2026-01-12T00:00:00Z",
+            "summary": "Change", "test": {"method": "cv-aggregation", "p_value": 0.002,
+                                          "alpha": 0.05},
+            "selected_sensors": ["s06"], "sensors": [sensor], "fingerprint": "abc"}
+
+
+def test_format_change_rounds_to_the_magnitude():
+    assert format_change(36.12, 35.14) == "36.1 -> 35.1 (-1.0)"
+    assert format_change(56.1, 55.2) == "56.1 -> 55.2 (-0.9)"
+    assert format_change(0.01234, 0.01301) == "0.0123 -> 0.0130 (+0.0007)"
+    assert format_change(1234.5, 1201.2) == "1234 -> 1201 (-33)"
+    # a change below three significant digits of the level is shown as none (no "-0.0")
+    assert format_change(48.3072, 48.3071) == "48.3 -> 48.3 (+0.0)"
+    assert format_change(5.0, 5.0) == "5.00 -> 5.00 (+0.00)"
+    assert format_change(-2.5, -2.25) == "-2.50 -> -2.25 (+0.25)"
+    assert format_change(0.0, 0.0) == "0 -> 0 (+0)"
+    assert format_change(None, 2.0) == "n/a -> 2"
+
+
+def test_console_shows_raw_means_and_no_invented_unit():
+    text = render_text(_result())
+    line = next(x for x in text.splitlines() if "#1" in x)
+    assert "s06: 36.1 -> 35.1 (-1.0)" in line
+    assert "0.9729" not in text  # the normalised means are not shown
+    assert "score 0.42" in line
+
+
+def test_console_falls_back_to_normalised_means_and_says_so():
+    result = _result()
+    for key in ("raw_mean_before", "raw_mean_after"):
+        del result["sensors"][0][key]
+    line = next(x for x in render_text(result).splitlines() if "#1" in x)
+    assert "1 -> 0.9729 (normalised)" in line
+
+
+def test_console_sink_writes_the_text():
+    out = io.StringIO()
+    ConsoleSink(ConsoleSinkConfig(), stream=out).send(_result())
+    assert out.getvalue().startswith("[FIRING] demo 2026-01-12T00:00:00Z")
+    assert "s06: 36.1 -> 35.1 (-1.0)" in out.getvalue()
