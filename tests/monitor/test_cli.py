@@ -66,10 +66,12 @@ def test_inspect_is_ok_on_a_stream_without_change(tmp_path):
     frame, _ = simulate(Scenario(change_at=None, seed=11))
     path = tmp_path / "calm.csv.gz"
     write_csv(frame, path)
-    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-12T00:00:00")
+    # the live default: data from 01-05 to 01-19, so 5.3 days of calibration history
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-18T00:00:00")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] == "ok", result["summary"]
+    assert result["detection"]["history_n"] >= 96
     assert len(result["sensors"]) == 12
 
 

@@ -25,8 +25,8 @@ def test_defaults_and_derived_values():
     c = validate_config(GOOD, env={})
     # the live profile: hourly inspections of a 6-hour after window, calibrated
     assert c.profile == "live" and c.decision.rule == "calibrated"
-    assert c.windows.before == timedelta(days=7) and c.windows.after == timedelta(hours=6)
-    assert c.windows.resample == timedelta(minutes=15) and c.windows.normalise == "before"
+    assert c.windows.before == timedelta(days=7) and c.windows.after == timedelta(hours=16)
+    assert c.windows.resample == timedelta(hours=1) and c.windows.normalise == "before"
     assert c.schedule.every == timedelta(hours=1) and c.schedule.clock == "wall"
     assert c.engine.method == "cv-aggregation" and c.block_rows is None
     assert c.health.port is None and c.report_dir is None

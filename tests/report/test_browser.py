@@ -173,6 +173,8 @@ def test_backfill_report_in_chromium(browser: Any, network: tuple[Path, Path],
     data, _ = network
     mmdwatch("backfill", "--data", str(data), "--start", "2026-01-16T00:00:00", "--end",
              "2026-01-17T18:00:00", "--every", "6h", "--method", "mmd-baseline",
+             # the data start 11 days before: 3.4 days of calibration history at the start
+             "--min-history", "2d",
              "--out", str(tmp_path / "results.jsonl"), "--report", str(tmp_path / "reports"))
     folder = _only_folder(tmp_path / "reports")
     seen = check_page(browser, folder / "index.html", tmp_path / "backfill.png")
