@@ -49,8 +49,11 @@ bench: install system-deps
 	$(PY) -m bench.false_alarms --inspections 200 --blocks none 1d
 	$(PY) -m bench.leak_delay --null-seeds 4
 
+# ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in
+# pyproject.toml; it follows their imports into connectors/).
 lint: install
 	$(VENV)/bin/ruff check engine connectors monitor bench tests
+	$(VENV)/bin/mypy engine monitor
 
 clean:
 	rm -rf $(VENV) state .pytest_cache

@@ -88,7 +88,7 @@ def run(seconds: float, n_sensors: int, batch_size: int, retention_s: float, sta
         added += store.add(batch)
         in_add += time.perf_counter() - a0
         if now >= next_prune:
-            wm = store.watermark() or start_t
+            wm = store.last_time_s() or start_t
             pruned += store.prune(wm - retention_s)
             next_prune = now + 10.0
         if now >= next_sample:

@@ -14,11 +14,15 @@ Two kinds of sources exist because readings live in two kinds of places:
 * :class:`WindowSource` answers "give me every reading in [start, end)" (InfluxDB, a file
   read in bulk). The agent then needs no store of its own for that source.
 
-A source may be both (the file source is).
+A source may be both (the file source is). Inspections only ever ask a
+:class:`WindowSource`: the source itself, or for a stream source the agent's reading store
+(:class:`monitor.store.ReadingStore`), which is a window source too. Which one is decided
+once, in :func:`monitor.compose.build_windows`.
 """
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -57,7 +61,7 @@ class StreamSource(abc.ABC):
     """Pushes readings to the agent as they arrive."""
 
     type: ClassVar[str]
-    Config: ClassVar[type[BaseModel]]
+    Config: ClassVar[builtins.type[BaseModel]]
 
     @abc.abstractmethod
     def start(self, deliver: DeliverFn) -> None:
@@ -80,7 +84,14 @@ class WindowSource(abc.ABC):
     """Answers window queries directly (the readings already live in a database or file)."""
 
     type: ClassVar[str]
-    Config: ClassVar[type[BaseModel]]
+    Config: ClassVar[builtins.type[BaseModel]]
+
+    #: Where an agent's first start begins inspecting. False (a database, a file read in
+    #: bulk): at the newest complete inspection, since the source may hold years nobody
+    #: asked to re-inspect (``mmdwatch backfill`` does that). True (the agent's reading
+    #: store, filled by a stream source): at the first inspection whose before window the
+    #: oldest reading (:meth:`first_time`) fills, so a replay is inspected from its start.
+    inspect_from_oldest: ClassVar[bool] = False
 
     @abc.abstractmethod
     def read_window(
@@ -103,6 +114,11 @@ class WindowSource(abc.ABC):
     def watermark(self) -> pd.Timestamp | None:
         """Time of the newest reading available (for ``clock: data``), or None if empty."""
 
+    def first_time(self) -> pd.Timestamp | None:
+        """Time of the oldest reading, None when empty or not known. Asked only where
+        :attr:`inspect_from_oldest` is True."""
+        return None
+
     def close(self) -> None:
         """Release resources."""
 
@@ -111,7 +127,7 @@ class Sink(abc.ABC):
     """Delivers inspection results (the JSON dict of docs/result.md) somewhere."""
 
     type: ClassVar[str]
-    Config: ClassVar[type[BaseModel]]
+    Config: ClassVar[builtins.type[BaseModel]]
 
     @property
     def name(self) -> str:

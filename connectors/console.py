@@ -1,6 +1,7 @@
 """Console sink: a readable alert (or the raw JSON) on stdout or stderr."""
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import sys
@@ -83,7 +84,7 @@ def render_text(result: dict[str, Any], top: int = 5) -> str:
 
 class ConsoleSink(Sink):
     type: ClassVar[str] = "console"
-    Config: ClassVar[type[BaseModel]] = ConsoleSinkConfig
+    Config: ClassVar[builtins.type[BaseModel]] = ConsoleSinkConfig
 
     def __init__(self, config: ConsoleSinkConfig, stream: TextIO | None = None) -> None:
         self.config = config

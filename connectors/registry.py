@@ -6,8 +6,27 @@ dependencies (paho, influxdb-client) load only when a config asks for them.
 from __future__ import annotations
 
 import importlib
+from typing import Any, Protocol
 
-from connectors.base import ConnectorError
+from pydantic import BaseModel
+
+from connectors.base import ConnectorError, Sink, StreamSource, WindowSource
+
+
+class SourceClass(Protocol):
+    """A source connector class: its config model, and a constructor taking a config."""
+
+    Config: type[BaseModel]
+
+    def __call__(self, config: Any, /) -> StreamSource | WindowSource: ...
+
+
+class SinkClass(Protocol):
+    """A sink connector class: its config model, and a constructor taking a config."""
+
+    Config: type[BaseModel]
+
+    def __call__(self, config: Any, /) -> Sink: ...
 
 SOURCES: dict[str, str] = {
     "file": "connectors.file:FileSource",
@@ -24,7 +43,7 @@ SINKS: dict[str, str] = {
 }
 
 
-def _load(table: dict[str, str], kind: str, type_: str) -> type:
+def _load(table: dict[str, str], kind: str, type_: str) -> Any:
     try:
         target = table[type_]
     except (KeyError, TypeError):  # TypeError: a list/mapping where a name belongs
@@ -35,11 +54,11 @@ def _load(table: dict[str, str], kind: str, type_: str) -> type:
     return getattr(module, class_name)
 
 
-def source_class(type_: str) -> type:
+def source_class(type_: str) -> SourceClass:
     """The source class registered for ``type_``."""
     return _load(SOURCES, "source", type_)
 
 
-def sink_class(type_: str) -> type:
+def sink_class(type_: str) -> SinkClass:
     """The sink class registered for ``type_``."""
     return _load(SINKS, "sink", type_)

@@ -15,13 +15,13 @@ import torch
 
 from engine._inputs import Samples, prepare_samples
 from engine.errors import InvalidParameterError
-from engine.kernels import KernelName, kernel_matrices, length_scales
+from engine.kernels import HeuristicName, KernelName, kernel_matrices, length_scales
 from engine.permutation import (
     mmd_permutation_pvalues,
     random_projections,
     sliced_wasserstein_pvalues,
 )
-from engine.problems import ProblemSet
+from engine.problems import EstimatorName, ProblemSet
 from engine.splits import PaddedIndex, Splits, permutation_labels, relabel_blocks
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class Prepared:
         return out
 
 
-def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: str,
+def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: HeuristicName,
             device: torch.device, dtype: torch.dtype) -> Prepared:
     samples = prepare_samples(x_in, y_in, block_size=block_size)
     active = np.flatnonzero(~samples.constant)
@@ -120,7 +120,7 @@ def gather(data: torch.Tensor, idx: PaddedIndex) -> tuple[torch.Tensor, torch.Te
 
 
 def split_problems(prep: Prepared, splits: Splits, part: str, kernel: KernelName,
-                   estimator: str) -> ProblemSet:
+                   estimator: EstimatorName) -> ProblemSet:
     """ProblemSet of the train (``part="train"``) or validation halves of K splits."""
     xi = splits.x_train if part == "train" else splits.x_val
     yi = splits.y_train if part == "train" else splits.y_val
@@ -178,7 +178,8 @@ def gate_pvalues(val: Validation, subsets: np.ndarray, *, n_projections: int,
     selected subset (K, L, A) bool; identical subsets of one split are tested once."""
     k_sets, n_lambda, _ = subsets.shape
     keys: dict[tuple[int, bytes], int] = {}
-    test_split, test_subset = [], []
+    test_split: list[int] = []
+    test_subset: list[np.ndarray] = []
     which = np.zeros((k_sets, n_lambda), dtype=np.int64)
     for k in range(k_sets):
         for j in range(n_lambda):

@@ -16,18 +16,21 @@ learned weights still rank and select the sensors; they just do not set the p-va
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from engine.kernels import kernel_matrices
+from engine.kernels import KernelName, kernel_matrices
 from engine.permutation import mmd_permutation_pvalues
 from engine.splits import block_ids, permutation_labels
 
+if TYPE_CHECKING:
+    from engine._fitting import Prepared
 
-def block_permutation_pvalue(prep: Any, block_size: int, n_permutations: int, seed: int,
-                             kernel: str = "gaussian") -> float:
+
+def block_permutation_pvalue(prep: Prepared, block_size: int, n_permutations: int, seed: int,
+                             kernel: KernelName = "gaussian") -> float:
     """p-value of "X and Y differ" by permuting whole blocks of the pooled sample.
 
     ``prep``: :class:`engine._fitting.Prepared` (x (n, A), y (m, A), gamma (A,)).

@@ -30,13 +30,15 @@ VarianceName = Literal["auto", "paired", "projection"]
 RATIO_CONSTANT = 1e-8
 
 
-def _masked_sums(kxx, kyy, kxy, mx, my):
+def _masked_sums(kxx: torch.Tensor, kyy: torch.Tensor, kxy: torch.Tensor,
+                 mx: torch.Tensor | None, my: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row sums of the three blocks, restricted to real rows.
 
     Returns rxx (..., n) = sum_j mx_j kxx_ij (diagonal included), ryy (..., m),
     rxy (..., n) = sum_j my_j kxy_ij, cxy (..., m) = sum_i mx_i kxy_ij.
     """
-    if mx is None:
+    if mx is None or my is None:
         return kxx.sum(-1), kyy.sum(-1), kxy.sum(-1), kxy.sum(-2)
     rxx = (kxx * mx.unsqueeze(-2)).sum(-1)
     ryy = (kyy * my.unsqueeze(-2)).sum(-1)
@@ -79,11 +81,13 @@ def mmd2_and_variance_from_sums(
     each unordered pair once (:class:`engine.problems.ProblemSet`, a third less work).
     """
     n_pad, m_pad = n_rows
-    if mx is None:
+    if (mx is None) != (my is None):
+        raise InvalidParameterError("pass both masks or neither")
+    if mx is None or my is None:
         n = torch.full((), n_pad, dtype=rxx.dtype, device=rxx.device)
         m = torch.full((), m_pad, dtype=ryy.dtype, device=ryy.device)
-        sxx = rxx.sum(-1) - (dx.sum(-1) if torch.is_tensor(dx) else dx * n_pad)
-        syy = ryy.sum(-1) - (dy.sum(-1) if torch.is_tensor(dy) else dy * m_pad)
+        sxx = rxx.sum(-1) - (dx.sum(-1) if isinstance(dx, torch.Tensor) else dx * n_pad)
+        syy = ryy.sum(-1) - (dy.sum(-1) if isinstance(dy, torch.Tensor) else dy * m_pad)
         sxy = rxy.sum(-1)
     else:
         n, m = mx.sum(-1), my.sum(-1)
@@ -103,7 +107,7 @@ def mmd2_and_variance_from_sums(
         m.unsqueeze(-1) if m.dim() else m)
     fy = (ryy - dy) / (m.unsqueeze(-1) - 1 if m.dim() else m - 1) - cxy / (
         n.unsqueeze(-1) if n.dim() else n)
-    if mx is None:
+    if mx is None or my is None:
         var_x = fx.var(-1, unbiased=False)
         var_y = fy.var(-1, unbiased=False)
     else:

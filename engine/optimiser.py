@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -286,6 +287,6 @@ def minimise(
     return OptimiseResult(a, final, s.epochs, epoch + 1)
 
 
-def paper_config(**changes) -> OptimiserConfig:
+def paper_config(**changes: Any) -> OptimiserConfig:
     """The paper's settings with optional changes (e.g. ``max_epochs``)."""
     return replace(PAPER, **changes)

@@ -108,7 +108,7 @@ class _KernelRowSums(torch.autograd.Function):
     :func:`engine.estimators.mmd2_and_variance_from_sums`."""
 
     @staticmethod
-    def forward(ctx, minus_s, delta, n, m, wx, wy, mx, my, delta_t):  # type: ignore[override]
+    def forward(ctx, minus_s, delta, n, m, wx, wy, mx, my, delta_t):
         k = torch.expm1(torch.bmm(minus_s, delta))  # (K, L, P)
         kxx, kyy, kxy = k.split([n // 2 * n, m // 2 * m, n * m], dim=-1)
         kxy = kxy.unflatten(-1, (n, m))
@@ -127,7 +127,7 @@ class _KernelRowSums(torch.autograd.Function):
         return pair_row_sums(kxx, n), pair_row_sums(kyy, m), rxy, cxy
 
     @staticmethod
-    def backward(ctx, g_rxx, g_ryy, g_rxy, g_cxy):  # type: ignore[override]
+    def backward(ctx, g_rxx, g_ryy, g_rxy, g_cxy):
         delta, k, wx, wy, mx, my = ctx.saved_tensors
         n, m = ctx.sizes
         gxx = pair_gradient(g_rxx, n)
@@ -206,7 +206,7 @@ class ProblemSet:
         Padded rows must come after the real rows of each data set.
         """
         if estimator == "linear":
-            if mx is not None:
+            if mx is not None and my is not None:
                 c = int(min(mx.sum(-1).min().item(), my.sum(-1).min().item()))
             else:
                 c = min(x.shape[1], y.shape[1])
@@ -228,7 +228,8 @@ class ProblemSet:
              pair_differences(y[:, iy], y[:, jy], kernel), differences(x, y, kernel)],
             dim=-1,
         )
-        if mx is not None and bool((mx == 1).all()) and bool((my == 1).all()):
+        if (mx is not None and my is not None
+                and bool(mx.eq(1).all()) and bool(my.eq(1).all())):
             mx = my = None
         mx3 = None if mx is None else mx.unsqueeze(1)
         my3 = None if my is None else my.unsqueeze(1)

@@ -23,13 +23,13 @@ import torch
 
 from engine import _fitting as F
 from engine.errors import InvalidParameterError
-from engine.kernels import check_kernel
+from engine.kernels import HeuristicName, KernelName, check_kernel
 from engine.lambdas import search_lambdas
 from engine.optimiser import FAST, PAPER, OptimiserConfig, minimise
 from engine.permutation import combine_split_pvalues
-from engine.problems import ESTIMATORS, OBJECTIVES, ProblemSet
+from engine.problems import ESTIMATORS, OBJECTIVES, EstimatorName, ObjectiveName, ProblemSet
 from engine.result import Selection
-from engine.selection import DEFAULT_RULE, check_rule, select
+from engine.selection import DEFAULT_RULE, RuleName, check_rule, select
 from engine.splits import make_splits
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,10 @@ class _Selector:
 
     def __init__(
         self, *, seed: int = 0, device: str = "auto", alpha: float = 0.05,
-        block_size: int | None = None, selection: str = DEFAULT_RULE,
-        kernel: str = "gaussian", length_scale: str = "median", estimator: str = "quadratic",
-        objective: str = "ratio", optimiser: str | OptimiserConfig = "fast",
+        block_size: int | None = None, selection: RuleName = DEFAULT_RULE,
+        kernel: KernelName = "gaussian", length_scale: HeuristicName = "median",
+        estimator: EstimatorName = "quadratic", objective: ObjectiveName = "ratio",
+        optimiser: str | OptimiserConfig = "fast",
         n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
         gate_test: str = "mmd",
@@ -382,7 +383,7 @@ class RegressionBaseline(_Selector):
         self.cv = int(cv)
         super().__init__(**kwargs)
 
-    def _classifier(self, z: np.ndarray, labels: np.ndarray):
+    def _classifier(self, z: np.ndarray, labels: np.ndarray) -> Any:
         from sklearn.linear_model import LogisticRegressionCV
         from sklearn.model_selection import StratifiedKFold
 

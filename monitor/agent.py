@@ -1,6 +1,8 @@
 """The long-running agent: readings in, inspections on schedule, results out.
 
-Everything it uses is built by :mod:`monitor.compose` and passed in. Threads:
+Everything it uses is built by :mod:`monitor.compose` and passed in. Inspections read
+windows from ONE :class:`~connectors.base.WindowSource`, ``windows``: the source itself
+(InfluxDB), or for a stream source the reading store that the stream fills. Threads:
 
 * the source's own (a stream source calls :meth:`Agent.deliver` with batches, which are
   committed to the store before the call returns);
@@ -19,6 +21,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pandas as pd
+
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
 from monitor.inspection import Inspector, Outcome
@@ -26,7 +30,7 @@ from monitor.metrics import Metrics
 from monitor.schedule import InspectionPlan
 from monitor.state import AgentState
 from monitor.store import ReadingStore
-from monitor.timeutil import iso
+from monitor.timeutil import format_duration, iso
 from monitor.tracker import SiteTracker, history_times
 
 log = logging.getLogger(__name__)
@@ -35,15 +39,22 @@ Reporter = Callable[[Outcome], Any]
 
 
 class Agent:
-    def __init__(self, *, source: StreamSource | WindowSource, store: ReadingStore | None,
-                 state: AgentState, inspector: Inspector, plan: InspectionPlan,
-                 dispatcher: Dispatcher, metrics: Metrics, clock: str = "wall",
-                 poll: timedelta = timedelta(seconds=5), start: datetime | None = None,
-                 retention: timedelta = timedelta(days=15),
+    """``windows`` answers every window query and the data clock; ``stream`` (a stream
+    source) pushes readings into ``store``, the reading store that ``windows`` then is.
+    Both are None for a window source. :func:`monitor.compose.build_windows` picks them."""
+
+    def __init__(self, *, windows: WindowSource, stream: StreamSource | None = None,
+                 store: ReadingStore | None = None, state: AgentState, inspector: Inspector,
+                 plan: InspectionPlan, dispatcher: Dispatcher, metrics: Metrics,
+                 clock: str = "wall", poll: timedelta = timedelta(seconds=5),
+                 start: datetime | None = None, retention: timedelta = timedelta(days=15),
                  reporter: Reporter | None = None,
                  closers: Sequence[Callable[[], Any]] = (),
                  services: Sequence[Any] = (), tracker: SiteTracker | None = None) -> None:
-        self.source = source
+        if (stream is None) != (store is None):
+            raise ValueError("a stream source needs the store it fills, and only it does")
+        self.windows = windows
+        self.stream = stream
         self.store = store
         self.state = state
         self.inspector = inspector
@@ -59,7 +70,6 @@ class Agent:
         self._services = list(services)  # objects with start()/stop(), e.g. the health server
         self.tracker = tracker  # calibration history + open incident (None: engine rule)
         self._history_ready = tracker is None
-        self._streaming = store is not None and isinstance(source, StreamSource)
         self._tick_lock = threading.Lock()
         self._stopping = threading.Event()
         self._scheduler: Any = None
@@ -77,27 +87,19 @@ class Agent:
         assert self.store is not None
         self.store.add(batch)
 
-    def read_window(self, start: Any, end: Any) -> Any:
-        if self._streaming:
-            assert self.store is not None
-            return self.store.read_window(start, end)
+    def read_window(self, start: datetime, end: datetime) -> pd.DataFrame:
         spec = self.inspector.spec
-        from monitor.timeutil import format_duration
-
-        return self.source.read_window(start, end, resample=format_duration(spec.resample),
-                                       aggregate=spec.aggregate)  # type: ignore[union-attr]
+        return self.windows.read_window(pd.Timestamp(start), pd.Timestamp(end),
+                                        resample=format_duration(spec.resample),
+                                        aggregate=spec.aggregate)
 
     # -- clocks -------------------------------------------------------------------------------
     def watermark(self) -> datetime | None:
-        if self._streaming:
-            assert self.store is not None
-            wm = self.store.watermark()
-            return None if wm is None else datetime.fromtimestamp(wm, UTC)
-        wm = self.source.watermark()  # type: ignore[union-attr]
+        wm = self.windows.watermark()
         return None if wm is None else wm.to_pydatetime().astimezone(UTC)
 
     def source_finished(self) -> bool:
-        return isinstance(self.source, StreamSource) and self.source.finished()
+        return self.stream is not None and self.stream.finished()
 
     def clock_now(self) -> datetime | None:
         """The time inspections are due against (see :mod:`monitor.schedule`)."""
@@ -117,13 +119,12 @@ class Agent:
         spec = self.inspector.spec
         if self.start_time is not None:
             anchor = self.start_time
-        elif self._streaming:
-            assert self.store is not None
-            first = self.store.first_time()
+        elif self.windows.inspect_from_oldest:  # the store a stream fills: all of it
+            first = self.windows.first_time()
             if first is None:
                 return None  # no data yet
-            anchor = datetime.fromtimestamp(first, UTC) + spec.before
-        else:
+            anchor = first.to_pydatetime().astimezone(UTC) + spec.before
+        else:  # a database: from the newest complete inspection on
             now = self.clock_now()
             if now is None:
                 return None
@@ -145,7 +146,7 @@ class Agent:
         else:
             times = self.plan.times(max(anchor, datetime.fromtimestamp(last, UTC)),
                                     inclusive=False)
-        out = []
+        out: list[datetime] = []
         for t in times:
             if t + after > now or len(out) >= limit:
                 break
@@ -163,7 +164,7 @@ class Agent:
             return 0  # the source was unreachable: wait out the backoff
         ran = 0
         try:
-            health = self.source.health() if isinstance(self.source, StreamSource) else {}
+            health = self.stream.health() if self.stream is not None else {}
             if "connected" in health:
                 self.metrics.set_source_connected(bool(health["connected"]))
             if "rejected" in health:
@@ -177,7 +178,7 @@ class Agent:
                 self.run_inspection(pending[0])
                 ran += 1
                 self._source_backoff = max(1.0, self.poll.total_seconds())
-                if self.metrics.source_connected is False and not self._streaming:
+                if self.metrics.source_connected is False and self.stream is None:
                     self.metrics.set_source_connected(True)
             self._maybe_prune()
         except ConnectorError as exc:
@@ -258,7 +259,7 @@ class Agent:
         if self.store is None or time.monotonic() - self._last_prune < 60:
             return
         self._last_prune = time.monotonic()
-        wm = self.store.watermark()
+        wm = self.store.last_time_s()
         if wm is None:
             return
         horizon = wm - self.retention.total_seconds()
@@ -280,8 +281,8 @@ class Agent:
         for service in self._services:
             service.start()
         self.dispatcher.start()
-        if self._streaming:
-            self.source.start(self.deliver)  # type: ignore[union-attr]
+        if self.stream is not None:
+            self.stream.start(self.deliver)
         self._scheduler = BackgroundScheduler(timezone=UTC)
         self._scheduler.add_job(self.tick, IntervalTrigger(seconds=self.poll.total_seconds()),
                                 # _tick_lock already forbids overlap; 2 instances lets a
@@ -290,13 +291,12 @@ class Agent:
                                 next_run_time=datetime.now(UTC), misfire_grace_time=None)
         self._scheduler.start()
         self._started = True
-        log.info("agent started (clock: %s, %s)", self.clock,
-                 "store" if self._streaming else "window source")
+        log.info("agent started (clock: %s, windows from %s)", self.clock,
+                 "the reading store" if self.stream is not None else "the source")
 
     def idle(self) -> bool:
         """Nothing left to do right now: replay finished, nothing due, outbox empty."""
-        if isinstance(self.source, StreamSource) and self._streaming and \
-                not self.source.finished():
+        if self.stream is not None and not self.stream.finished():
             return False
         if self._tick_lock.locked() or self.due(limit=1):
             return False
@@ -332,9 +332,9 @@ class Agent:
             return
         self._stopping.set()
         log.info("stopping")
-        if isinstance(self.source, StreamSource):
+        if self.stream is not None:
             try:
-                self.source.stop()
+                self.stream.stop()
             except Exception:
                 log.exception("source stop failed")
         if self._scheduler is not None:

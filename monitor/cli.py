@@ -3,7 +3,8 @@
 argparse and the standard library only at import time, so ``--help`` answers at once;
 pandas, torch and the connectors load inside the command that needs them. Logs go to
 stderr; stdout carries only results. Exit codes: 0 done (whatever the status), 2 bad input
-or config.
+or config, 3 ``--publish``: some results not confirmed by the sinks in time (they stay in
+the outbox).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ log = logging.getLogger("mmdwatch")
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+EXIT_UNDELIVERED = 3
 
 
 class BadInput(Exception):
@@ -62,6 +64,13 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
                    help="sensor_id,x,y per sensor: draws the network map in the report")
     p.add_argument("--links-file", type=Path, metavar="CSV",
                    help="x1,y1,x2,y2 per pipe or road, drawn under the map's sensors")
+    p.add_argument("--publish", action="store_true",
+                   help="also send the results to the config's sinks, through the outbox in "
+                   "its state_dir; a fingerprint already published is not sent again "
+                   "(needs --config)")
+    p.add_argument("--publish-timeout", default="60s", metavar="DUR",
+                   help="how long to wait for the sinks before exiting with code 3, the "
+                   "results left queued for the agent (default 60s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,10 +122,11 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
     """A validated MonitorConfig from --config or --data, with command-line overrides."""
     from monitor.config import load_config, validate_config
 
+    config = None
     if args.config is not None:
         config = load_config(args.config)
         raw = config.model_dump(mode="json", exclude={"source", "sinks"})
-        raw["source"] = config.source.model_dump(mode="json")
+        raw["source"] = config.source.model_dump(mode="json")  # secrets masked: see below
         raw["sinks"] = []
     else:
         source: dict[str, Any] = {"type": "file", "path": str(args.data)}
@@ -147,7 +157,10 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
     for key in ("sensors_file", "links_file"):
         if getattr(args, key) is not None:
             raw[key] = str(getattr(args, key))
-    return validate_config(raw, origin=str(args.config or "command line"))
+    merged = validate_config(raw, origin=str(args.config or "command line"))
+    if config is not None:  # the connectors as loaded, secrets intact
+        merged = merged.model_copy(update={"source": config.source, "sinks": config.sinks})
+    return merged
 
 
 def _site_from_path(path: Path) -> str:
@@ -159,27 +172,71 @@ def _site_from_path(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name) or "default"
 
 
-def _window_reader(config: Any) -> Any:
-    """read_window(start, end) for one-shot commands: the source if it answers window
-    queries, else the agent's store in state_dir."""
-    from connectors.base import WindowSource
-    from monitor.compose import build_source
+def _window_reader(config: Any) -> tuple[Any, Any]:
+    """``(read_window(start, end), close)`` for one-shot commands, over the window source
+    that :func:`monitor.compose.build_windows` picks (the source, or the agent's store)."""
+    from monitor.compose import build_windows
     from monitor.timeutil import format_duration
 
-    source = build_source(config)
-    if isinstance(source, WindowSource):
-        source.watermark()  # fail fast (exit 2) on a missing or unreadable source
-        resample = format_duration(config.windows.resample)
-        return lambda s, e: source.read_window(s, e, resample=resample,
-                                               aggregate=config.windows.aggregate)
-    from monitor.store import ReadingStore
+    windows = build_windows(config, one_shot=True).windows
+    try:
+        windows.watermark()  # fail fast (exit 2) on a missing or unreadable source
+    except BaseException:
+        windows.close()
+        raise
+    resample = format_duration(config.windows.resample)
+    aggregate = config.windows.aggregate
 
-    path = Path(config.state_dir) / "readings.sqlite"
-    if not path.exists():
-        raise BadInput(f"source {config.source.type!r} is a stream and there is no store at "
-                       f"{path} yet; run the agent first (mmdwatch run) or use --data")
-    store = ReadingStore(path)
-    return store.read_window
+    def read(start: Any, end: Any) -> Any:
+        import pandas as pd
+
+        return windows.read_window(pd.Timestamp(start), pd.Timestamp(end), resample=resample,
+                                   aggregate=aggregate)
+
+    return read, windows.close
+
+
+def _check_publish(args: argparse.Namespace, config: Any = None) -> None:
+    """Bad ``--publish`` input fails before anything is read or computed."""
+    if not args.publish:
+        return
+    if args.config is None:
+        raise BadInput("--publish needs --config: the sinks and the state_dir of the outbox "
+                       "come from it")
+    if config is not None and not config.sinks:
+        raise BadInput(f"--publish: {args.config} has no sinks; add one under 'sinks'")
+    from monitor.timeutil import parse_duration
+
+    try:
+        ok = parse_duration(args.publish_timeout).total_seconds() >= 0
+    except ValueError as exc:
+        raise BadInput(f"--publish-timeout: {exc}") from None
+    if not ok:
+        raise BadInput("--publish-timeout must not be negative")
+
+
+def _publisher(args: argparse.Namespace, config: Any) -> Any:
+    """The started Publisher for ``--publish`` (None without it)."""
+    if not args.publish:
+        return None
+    from monitor.compose import build_publisher
+
+    try:
+        return build_publisher(config)
+    except ValueError as exc:  # e.g. two sinks with one name
+        raise BadInput(str(exc)) from None
+
+
+def _finish_publishing(publisher: Any, args: argparse.Namespace) -> int:
+    if publisher is None:
+        return EXIT_OK
+    from monitor.timeutil import parse_duration
+
+    problem = publisher.finish(parse_duration(args.publish_timeout).total_seconds())
+    if problem is None:
+        return EXIT_OK
+    print(f"mmdwatch {args.command} --publish: {problem}", file=sys.stderr)
+    return EXIT_UNDELIVERED
 
 
 def _report_one(outcome: Any, report_dir: Path, config: Any) -> None:
@@ -203,19 +260,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         at = parse_time(args.at)
     except ValueError as exc:
         raise BadInput(f"--at: {exc}") from None
+    _check_publish(args)
     config = _one_shot_config(args)
+    _check_publish(args, config)
     inspector = build_inspector(config)
-    read = _window_reader(config)
-    history = None
-    if inspector.calibrated:
-        tracker = _tracker(config, inspector, read, at)
-        history = tracker.history_at(at)
-    outcome = inspector.run(at, read, history)
-    sys.stdout.write(json.dumps(outcome.result, allow_nan=False) + "\n")
-    sys.stdout.flush()
+    read, close = _window_reader(config)
+    publisher = None
+    try:
+        publisher = _publisher(args, config)
+        history = None
+        if inspector.calibrated:
+            tracker = _tracker(config, inspector, read, at)
+            history = tracker.history_at(at)
+        outcome = inspector.run(at, read, history)
+        sys.stdout.write(json.dumps(outcome.result, allow_nan=False) + "\n")
+        sys.stdout.flush()
+        if publisher is not None:
+            publisher.publish(at.timestamp(), outcome.result)
+    except BaseException:
+        if publisher is not None:
+            publisher.close()  # what was queued stays in the outbox
+        raise
+    finally:
+        close()
     if args.report is not None:
         _report_one(outcome, args.report, config)
-    return EXIT_OK
+    return _finish_publishing(publisher, args)
 
 
 def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
@@ -241,17 +311,23 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
     if end < start or every.total_seconds() <= 0:
         raise BadInput("--end must not be before --start, and --every must be positive")
+    _check_publish(args)
     config = _one_shot_config(args)
+    _check_publish(args, config)
     inspector = build_inspector(config)
-    read = _window_reader(config)
-    times = InspectionPlan(every=every, start=start).between(start, end)
-    tracker = _tracker(config, inspector, read, times[0]) if inspector.calibrated and times \
-        else None
-    out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
+    read, close = _window_reader(config)
+    publisher = None
     results = []
-    from tqdm import tqdm
-
+    out = sys.stdout
     try:
+        publisher = _publisher(args, config)
+        times = InspectionPlan(every=every, start=start).between(start, end)
+        # the calibrated rule: the history and the incidents move on with each result
+        tracker = _tracker(config, inspector, read, times[0]) \
+            if inspector.calibrated and times else None
+        out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
+        from tqdm import tqdm
+
         with tqdm(times, desc="backfill", unit="insp", file=sys.stderr, disable=False,
                   dynamic_ncols=True) as bar:
             for t in bar:
@@ -263,11 +339,18 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 result = outcome.result
                 out.write(json.dumps(result, allow_nan=False) + "\n")
                 out.flush()
+                if publisher is not None:
+                    publisher.publish(t.timestamp(), result)
                 bar.set_postfix_str(f"{result['inspection_time']} {result['status']}")
                 results.append(result)
+    except BaseException:
+        if publisher is not None:
+            publisher.close()  # what was queued stays in the outbox
+        raise
     finally:
-        if args.out:
+        if args.out and out is not sys.stdout:
             out.close()
+        close()
     counts = {s: sum(r["status"] == s for r in results)
               for s in ("firing", "ok", "calibrating", "error")}
     log.warning("backfill: %d inspections (%s)", len(results),
@@ -279,7 +362,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             log.warning("report written to %s", write_backfill_report(results, args.report))
         except Exception:
             log.exception("writing the backfill report failed")
-    return EXIT_OK
+    return _finish_publishing(publisher, args)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

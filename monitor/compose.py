@@ -6,9 +6,10 @@ and the CLI's one-shot commands build just the parts they use.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors import registry
 from connectors.base import Sink, StreamSource, WindowSource
@@ -19,6 +20,10 @@ from monitor.incidents import IncidentSettings
 from monitor.inspection import DecisionSettings, EngineSettings, Inspector, Outcome
 from monitor.metrics import Metrics
 from monitor.windows import WindowSpec
+
+if TYPE_CHECKING:
+    from monitor.publish import Publisher
+    from monitor.store import ReadingStore
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +69,86 @@ def build_incidents(config: MonitorConfig) -> IncidentSettings:
 
 def build_source(config: MonitorConfig) -> StreamSource | WindowSource:
     cls = registry.source_class(config.source.type)
-    return cls(config.source)
+    source = cls(config.source)
+    if not isinstance(source, StreamSource | WindowSource):
+        raise TypeError(f"source {config.source.type!r} is neither a stream nor a window "
+                        "source")
+    return source
 
 
-def build_sinks(config: MonitorConfig) -> list[Sink]:
+@dataclass(frozen=True)
+class Feed:
+    """Where inspections read their windows (``windows``), and what fills it: for a stream
+    source, ``stream`` pushes readings into ``store``, which is then ``windows``."""
+
+    windows: WindowSource
+    stream: StreamSource | None = None
+    store: ReadingStore | None = None
+
+
+def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
+                  one_shot: bool = False) -> Feed:
+    """The ONE place that asks "stream or window source?"; everything after reads windows
+    through :class:`~connectors.base.WindowSource` only.
+
+    * A window source (InfluxDB) is read directly.
+    * A stream source (MQTT) fills the reading store ``state_dir/readings.sqlite``, and the
+      store answers the windows. A one-shot command (``one_shot``) reads the store the agent
+      filled; it never creates one (:class:`~monitor.store.StoreError` when there is none).
+    * A source that is both (a file): the agent replays it into the store (the data clock
+      then advances through it); a one-shot command reads it in bulk.
+    """
+    from monitor.store import ReadingStore, StoreError
+
+    source = build_source(config)
+    if isinstance(source, WindowSource) and (one_shot or not isinstance(source, StreamSource)):
+        return Feed(windows=source)
+    assert isinstance(source, StreamSource)
+    path = Path(config.state_dir) / "readings.sqlite"
+    if one_shot:
+        if not path.exists():
+            raise StoreError(f"source {config.source.type!r} is a stream and there is no "
+                             f"store at {path} yet; run the agent first (mmdwatch run) or "
+                             "use --data")
+        return Feed(windows=ReadingStore(path, metrics))
+    store = ReadingStore(path, metrics)
+    return Feed(windows=store, stream=source, store=store)
+
+
+def build_sinks(config: MonitorConfig, *, one_shot: bool = False) -> list[Sink]:
     sinks: list[Sink] = []
     for c in config.sinks:
+        fields = type(c).model_fields
         # A sink whose config has a `site` key (MQTT: availability topic and last will,
         # needed before the first result) gets the top-level site unless it names one.
-        if "site" in type(c).model_fields and getattr(c, "site", None) is None:
+        if "site" in fields and getattr(c, "site", None) is None:
             c = c.model_copy(update={"site": config.site})
+        # A one-shot command is not the agent: a sink with a `role` key (MQTT) publishes
+        # results only, leaving the agent's availability, session and retained state alone.
+        if one_shot and "role" in fields:
+            c = c.model_copy(update={"role": "publisher"})
         sinks.append(registry.sink_class(c.type)(c))
     return sinks
+
+
+def build_publisher(config: MonitorConfig) -> Publisher:
+    """The config's sinks behind the outbox in ``state_dir/state.sqlite``, for the one-shot
+    commands' ``--publish`` (started: delivery runs while they compute)."""
+    from monitor.delivery import Dispatcher
+    from monitor.publish import Publisher
+    from monitor.state import AgentState
+
+    state = AgentState(Path(config.state_dir) / "state.sqlite")
+    try:
+        dispatcher = Dispatcher(build_sinks(config, one_shot=True), state, Metrics(),
+                                retry_initial=config.outbox.retry_initial,
+                                retry_max=config.outbox.retry_max)
+    except BaseException:
+        state.close()
+        raise
+    publisher = Publisher(state, dispatcher)
+    publisher.start()
+    return publisher
 
 
 def build_reporter(report_dir: Path, sensors_file: Path | None = None,
@@ -104,7 +177,6 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     from monitor.delivery import Dispatcher
     from monitor.schedule import InspectionPlan
     from monitor.state import AgentState, StateError
-    from monitor.store import ReadingStore
 
     metrics = metrics or Metrics()
     state_dir = Path(config.state_dir)
@@ -113,15 +185,9 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     except OSError as exc:
         raise StateError(f"cannot create state_dir {state_dir}: {exc.strerror}; point "
                          "state_dir at a writable folder") from None
-    source = build_source(config)
-    store = None
-    if isinstance(source, StreamSource):
-        store = ReadingStore(state_dir / "readings.sqlite", metrics)
-    elif not isinstance(source, WindowSource):
-        raise TypeError(f"source {config.source.type!r} is neither a stream nor a window "
-                        "source")
-    else:
-        metrics.set_source_connected(None)
+    feed = build_windows(config, metrics)
+    if feed.stream is None:
+        metrics.set_source_connected(None)  # no connection to report between queries
     state = AgentState(state_dir / "state.sqlite")
     dispatcher = Dispatcher(build_sinks(config), state, metrics,
                             retry_initial=config.outbox.retry_initial,
@@ -130,11 +196,7 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     if config.report_dir is not None:
         reporter = build_reporter(Path(config.report_dir), config.sensors_file,
                                   config.links_file)
-    closers: list[Any] = [state.close]
-    if store is not None:
-        closers.append(store.close)
-    if isinstance(source, WindowSource):
-        closers.append(source.close)
+    closers: list[Any] = [state.close, feed.windows.close]
     services: list[Any] = []
     if config.health.port is not None:
         from monitor.health import HealthServer
@@ -144,7 +206,8 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     from monitor.tracker import SiteTracker
 
     tracker = SiteTracker(inspector, build_incidents(config))
-    return Agent(source=source, store=store, state=state, inspector=inspector, tracker=tracker,
+    return Agent(windows=feed.windows, stream=feed.stream, store=feed.store, state=state,
+                 inspector=inspector, tracker=tracker,
                  plan=InspectionPlan.from_config(config.schedule), dispatcher=dispatcher,
                  metrics=metrics, clock=config.schedule.clock, poll=config.schedule.poll,
                  start=config.schedule.start, retention=config.retention, reporter=reporter,

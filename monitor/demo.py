@@ -15,7 +15,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def _reset(state_dir: Path) -> None:
     shutil.rmtree(state_dir / "reports", ignore_errors=True)
 
 
-def run_demo(state_dir: Path, *, report: bool = True, out: Any = None) -> int:
+def run_demo(state_dir: Path, *, report: bool = True, out: TextIO | None = None) -> int:
     from monitor.compose import build_agent
     from monitor.config import validate_config
     from monitor.metrics import Metrics

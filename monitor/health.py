@@ -89,6 +89,12 @@ class HealthSnapshot:
         )
 
 
+class MetricsSource(Protocol):
+    """What the agent's ``Metrics`` offers the health server."""
+
+    def snapshot(self) -> Mapping[str, Any]: ...
+
+
 class MetricsReader(Protocol):
     """Anything that turns the agent's live metrics into a :class:`HealthSnapshot`."""
 
@@ -196,7 +202,7 @@ class HealthServer:
     """Serves /healthz and /metrics from a background thread until :meth:`stop`."""
 
     @classmethod
-    def for_metrics(cls, metrics: Any, config: HealthConfig) -> HealthServer:
+    def for_metrics(cls, metrics: MetricsSource, config: HealthConfig) -> HealthServer:
         """A server over the agent's ``Metrics`` (anything with ``snapshot() -> dict``)."""
         port = 0 if config.port is None else config.port
         return cls(lambda: HealthSnapshot.from_metrics(metrics.snapshot()), port=port,
@@ -217,7 +223,8 @@ class HealthServer:
 
     @property
     def address(self) -> str:
-        return f"http://{self._httpd.server_address[0]}:{self.port}"
+        host = self._httpd.server_address[0]
+        return f"http://{host if isinstance(host, str) else host.decode()}:{self.port}"
 
     def start(self) -> Self:
         self._thread = threading.Thread(

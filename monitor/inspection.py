@@ -2,7 +2,8 @@
 
 An inspection is a pure job ``(site, inspection_time, settings)`` that reads its windows
 through a function it is given, so it runs the same in the daemon, in ``inspect``, in a
-backfill, or (later) on a distributed worker.
+backfill, or (later) on a distributed worker. It builds a typed
+:class:`monitor.result.InspectionResult` and serialises it once, at the end.
 """
 from __future__ import annotations
 
@@ -11,22 +12,51 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.console import format_change
 from monitor.calibration import CalibrationSettings, tail_pvalue
 from monitor.detection import STATISTIC, DetectorSettings
 from monitor.names import DEFAULT_METHOD, SELECTORS
+from monitor.result import (
+    CALIBRATED,
+    SCHEMA,
+    ChangeTest,
+    DataQuality,
+    DetectionBlock,
+    EngineBlock,
+    Generator,
+    InspectionResult,
+    SensorScore,
+    WindowBounds,
+    WindowsBlock,
+    finite,
+)
 from monitor.timeutil import format_duration, iso
+
+if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
+    import numpy.typing as npt
+    import pandas as pd
+
+    from engine.result import Selection
+    from monitor.windows import Windows, WindowSpec
 
 log = logging.getLogger(__name__)
 
-SCHEMA = "mmdwatch.inspection/v1"
+__all__ = ["SCHEMA", "DecisionSettings", "EngineSettings", "Inspector", "Outcome",
+           "ReadWindow", "Selector", "fingerprint", "summarise"]
+
 #: read_window(start, end) -> long frame with columns time (UTC), sensor, value
-ReadWindow = Callable[[Any, Any], Any]
+ReadWindow = Callable[["pd.Timestamp", "pd.Timestamp"], "pd.DataFrame"]
+
+
+class Selector(Protocol):
+    """An engine selector (engine/selectors.py): before rows x, after rows y -> Selection."""
+
+    def fit(self, x: pd.DataFrame, y: pd.DataFrame) -> Selection: ...
 
 
 def _version() -> str:
@@ -54,13 +84,14 @@ class EngineSettings:
     block_rows: int | None = None
     params: tuple[tuple[str, Any], ...] = ()
 
-    def make_selector(self) -> Any:
+    def make_selector(self) -> Selector:
         """The engine selector for these settings (imports torch: call it lazily)."""
         import engine
 
         cls = getattr(engine, SELECTORS[self.method])
-        return cls(seed=self.seed, device=self.device, alpha=self.alpha,
-                   block_size=self.block_rows, **dict(self.params))
+        selector: Selector = cls(seed=self.seed, device=self.device, alpha=self.alpha,
+                                 block_size=self.block_rows, **dict(self.params))
+        return selector
 
 
 @dataclass(frozen=True)
@@ -82,15 +113,20 @@ class DecisionSettings:
 
 @dataclass
 class Outcome:
-    """A result dict plus the frames reports draw from (None when the windows failed)."""
+    """The result JSON object (serialised once from the typed result; the agent adds its
+    incident block to it) plus the frames reports draw from (None when the windows
+    failed)."""
 
     result: dict[str, Any]
-    windows: Any = None
+    windows: Windows | None = None
+
+    @property
+    def inspection(self) -> InspectionResult:
+        """``result`` read back as the typed result (as it is now: incident included)."""
+        return InspectionResult.from_dict(self.result)
 
 
-def _f(value: Any, digits: int = 6) -> float | None:
-    value = float(value)
-    return round(value, digits) if math.isfinite(value) else None
+_f = finite  # value -> rounded float, None when not finite
 
 
 def _short_time(t: datetime) -> str:
@@ -100,7 +136,7 @@ def _short_time(t: datetime) -> str:
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
               p_value: float | None, error: str | None = None,
               alpha: float | None = None, level: float | None = None,
-              sensors: list[dict[str, Any]] | None = None) -> str:
+              sensors: Sequence[SensorScore] | None = None) -> str:
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
@@ -111,10 +147,9 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
                                            if len(selected) > 8 else "")
         text = f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} (p={p})"
-        rows = {r["sensor_id"]: r for r in sensors or []}
+        rows = {r.sensor_id: r for r in sensors or []}
         changes = [
-            name + " " + format_change(rows[name].get("raw_mean_before"),
-                                       rows[name].get("raw_mean_after"))
+            name + " " + format_change(rows[name].raw_mean_before, rows[name].raw_mean_after)
             for name in selected[:3] if name in rows]
         return f"{text}; {', '.join(changes)}" if changes else text
     if selected and p_value is not None:
@@ -131,10 +166,10 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
 class Inspector:
     """Runs inspections for one site with fixed window and engine settings."""
 
-    def __init__(self, site: str, spec: Any, engine: EngineSettings,
+    def __init__(self, site: str, spec: WindowSpec, engine: EngineSettings,
                  settings: dict[str, Any], decision: DecisionSettings | None = None) -> None:
         self.site = site
-        self.spec = spec  # monitor.windows.WindowSpec
+        self.spec = spec
         self.engine = engine
         self.settings = settings  # hashed into fingerprints
         self.decision = decision or DecisionSettings()
@@ -146,36 +181,26 @@ class Inspector:
     def fingerprint(self, t: datetime) -> str:
         return fingerprint(self.site, t, self.settings)
 
-    def _base(self, t: datetime) -> dict[str, Any]:
+    def _base(self, t: datetime) -> InspectionResult:
+        """The result of an inspection that has not got anywhere yet (status error)."""
         start, _, end = self.spec.bounds(t)
         spec = self.spec
-        return {
-            "schema": SCHEMA,
-            "fingerprint": self.fingerprint(t),
-            "site": self.site,
-            "status": "error",
-            "inspection_time": iso(t),
-            "windows": {
-                "before": {"start": iso(start), "end": iso(t), "n": 0},
-                "after": {"start": iso(t), "end": iso(end), "n": 0},
-                "resample": format_duration(spec.resample),
-                "aggregate": spec.aggregate,
-                "normalise": spec.normalise,
-            },
-            "test": {"method": self.engine.method, "p_value": None, "alpha": self.engine.alpha,
-                     "seed": self.engine.seed},
-            "sensors": [],
-            "selected_sensors": [],
-            "summary": "",
-            "data_quality": {"missing_fraction": None, "dropped_sensors": []},
-            "generator": {"name": "mmdwatch", "version": _version(), "device": None,
-                          "runtime_s": 0.0},
-            "engine": None,
-            "detection": None,
-            "incident": None,
-        }
+        return InspectionResult(
+            fingerprint=self.fingerprint(t),
+            site=self.site,
+            status="error",
+            inspection_time=iso(t),
+            windows=WindowsBlock(before=WindowBounds(iso(start), iso(t)),
+                                 after=WindowBounds(iso(t), iso(end)),
+                                 resample=format_duration(spec.resample),
+                                 aggregate=spec.aggregate, normalise=spec.normalise),
+            test=ChangeTest(method=self.engine.method, alpha=self.engine.alpha,
+                            seed=self.engine.seed),
+            generator=Generator(version=_version()),
+        )
 
-    def run(self, t: datetime, read_window: ReadWindow, history: Any = None) -> Outcome:
+    def run(self, t: datetime, read_window: ReadWindow,
+            history: npt.ArrayLike | None = None) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
 
         ``history``: past values of the detection statistic of this site (calibrated rule
@@ -211,23 +236,22 @@ class Inspector:
                 log.exception("inspection at %s failed unexpectedly", iso(t))
                 self._fail(result, f"{type(exc).__name__}: {exc}")
         if windows is not None:
-            result["data_quality"].update(windows.data_quality)
-            result["windows"]["before"]["n"] = len(windows.before)
-            result["windows"]["after"]["n"] = len(windows.after)
-        result["generator"]["runtime_s"] = round(time.perf_counter() - started, 3)
-        n = len(result["sensors"]) or result["data_quality"].get("sensors_used") or 0
-        result["summary"] = summarise(result["status"], t, n, result["selected_sensors"],
-                                      result["test"]["p_value"],
-                                      result.get("error") or result.get("calibration"),
-                                      self.engine.alpha,
-                                      self.decision.calibration.level if self.calibrated
-                                      else None, result["sensors"])
-        return Outcome(result, windows)
+            result.data_quality = DataQuality.from_dict(windows.data_quality)
+            result.windows.before.n = len(windows.before)
+            result.windows.after.n = len(windows.after)
+        result.generator.runtime_s = round(time.perf_counter() - started, 3)
+        n = len(result.sensors) or result.data_quality.sensors_used or 0
+        result.summary = summarise(result.status, t, n, result.selected_sensors,
+                                   result.test.p_value, result.error or result.calibration,
+                                   self.engine.alpha,
+                                   self.decision.calibration.level if self.calibrated
+                                   else None, result.sensors)
+        return Outcome(result.to_dict(), windows)
 
     @staticmethod
-    def _fail(result: dict[str, Any], message: str) -> None:
-        result["status"] = "error"
-        result["error"] = message
+    def _fail(result: InspectionResult, message: str) -> None:
+        result.status = "error"
+        result.error = message
 
     def detect(self, t: datetime, read_window: ReadWindow) -> float | None:
         """The detection statistic alone at ``t`` (history backfill), None on bad data."""
@@ -241,7 +265,7 @@ class Inspector:
         except (WindowError, DetectionError):
             return None
 
-    def _sensor_rows(self, result: dict[str, Any], w: Any, labels: list[str],
+    def _sensor_rows(self, result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
                      z: dict[str, float] | None = None) -> None:
         """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors``."""
@@ -253,31 +277,31 @@ class Inspector:
         rb, ra = w.before_raw.mean(), w.after_raw.mean()
         rows = []
         for r, i in enumerate(order):
-            row = {"sensor_id": labels[i], "rank": r + 1, "score": _f(scores[i]),
-                   "selected": labels[i] in chosen,
-                   "mean_before": _f(mb[labels[i]]), "mean_after": _f(ma[labels[i]]),
-                   "raw_mean_before": _f(rb[labels[i]]), "raw_mean_after": _f(ra[labels[i]])}
-            if labels[i] in z:
-                row["z"] = _f(z[labels[i]], 4)
-            rows.append(row)
-        result["sensors"] = rows
+            name = labels[i]
+            rows.append(SensorScore(
+                sensor_id=name, rank=r + 1, score=_f(scores[i]), selected=name in chosen,
+                mean_before=_f(mb[name]), mean_after=_f(ma[name]),
+                raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
+                z=_f(z[name], 4) if name in z else None))
+        result.sensors = rows
         # selected sensors listed by rank
-        result["selected_sensors"] = [s["sensor_id"] for s in rows if s["selected"]]
+        result.selected_sensors = [s.sensor_id for s in rows if s.selected]
 
-    def _fill(self, result: dict[str, Any], w: Any) -> None:
+    def _fill(self, result: InspectionResult, w: Windows) -> None:
         selector = self.engine.make_selector()
         sel = selector.fit(w.before, w.after)
         labels = [str(x) for x in sel.labels]
         self._sensor_rows(result, w, labels, [float(s) for s in sel.scores],
                           {str(s) for s in sel.selected})
         p = float(sel.p_value)
-        result["test"]["p_value"] = _f(p, 8)
+        result.test.p_value = _f(p, 8)
         significant = math.isfinite(p) and p < self.engine.alpha
-        result["status"] = "firing" if significant and result["selected_sensors"] else "ok"
-        result["generator"]["device"] = str(sel.device)
-        result["engine"] = sel.to_dict()
+        result.status = "firing" if significant and result.selected_sensors else "ok"
+        result.generator.device = str(sel.device)
+        result.engine = EngineBlock.from_dict(sel.to_dict())
 
-    def _decide_calibrated(self, result: dict[str, Any], w: Any, history: Any) -> None:
+    def _decide_calibrated(self, result: InspectionResult, w: Windows,
+                           history: npt.ArrayLike | None) -> None:
         """The calibrated rule: statistic -> p-value from history -> on firing, the sensors
         that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
@@ -289,32 +313,31 @@ class Inspector:
         det = detect(w.before_raw, w.after_raw, d.detector)
         hist = np.asarray([] if history is None else history, dtype=float)
         cal = d.calibration
-        block: dict[str, Any] = {
-            "statistic": STATISTIC, "value": _f(det.value), "p_value": None,
-            "level": _f(cal.level, 8), "threshold": None, "history_n": int(hist.size),
-            "history_needed": cal.min_count,
-            "false_incident_interval": format_duration(cal.false_incident_interval)}
-        result["detection"] = block
-        result["test"]["decision"] = "calibrated"
+        block = DetectionBlock(
+            statistic=STATISTIC, value=_f(det.value), p_value=None, level=_f(cal.level, 8),
+            threshold=None, history_n=int(hist.size), history_needed=cal.min_count,
+            false_incident_interval=format_duration(cal.false_incident_interval))
+        result.detection = block
+        result.test.decision = CALIBRATED
         labels = [str(c) for c in w.before.columns]
         z = {s: float(v) for s, v in det.z.items()}
         evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
         if hist.size < cal.min_count:
             have = hist.size * cal.inspection_interval / timedelta(days=1)
             need = cal.min_count * cal.inspection_interval / timedelta(days=1)
-            result["status"] = "calibrating"
-            result["calibration"] = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
-                                     "no alert until then (backfill the source's history, "
-                                     "or wait)")
+            result.status = "calibrating"
+            result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
+                                  "no alert until then (backfill the source's history, "
+                                  "or wait)")
             self._sensor_rows(result, w, labels, evidence, set(), z)
             return
         p = tail_pvalue(det.value, hist)
         limit = threshold(cal.level, hist)
-        block["p_value"] = _f(p, 10)
-        block["threshold"] = _f(limit)
-        result["test"]["p_value"] = _f(p, 10)
+        block.p_value = _f(p, 10)
+        block.threshold = _f(limit)
+        result.test.p_value = _f(p, 10)
         if p >= cal.level:
-            result["status"] = "ok"
+            result.status = "ok"
             self._sensor_rows(result, w, labels, evidence, set(), z)
             return
         # Firing. Named: every sensor whose z**2 alone clears the alert threshold (at least
@@ -329,8 +352,8 @@ class Inspector:
         sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)
         engine_scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],
                                  strict=True))
-        for row in result["sensors"]:
-            row["engine_score"] = _f(engine_scores.get(row["sensor_id"], 0.0))
-        result["status"] = "firing"
-        result["generator"]["device"] = str(sel.device)
-        result["engine"] = sel.to_dict()
+        for row in result.sensors:
+            row.engine_score = _f(engine_scores.get(row.sensor_id, 0.0))
+        result.status = "firing"
+        result.generator.device = str(sel.device)
+        result.engine = EngineBlock.from_dict(sel.to_dict())

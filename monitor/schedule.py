@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monitor.config import ScheduleConfig
 
 
 class InspectionPlan:
@@ -56,7 +59,7 @@ class InspectionPlan:
         return utc
 
     @classmethod
-    def from_config(cls, cfg: Any) -> InspectionPlan:
+    def from_config(cls, cfg: ScheduleConfig) -> InspectionPlan:
         return cls(cron=cfg.cron, every=cfg.every, timezone=cfg.timezone, start=cfg.start)
 
     def times(self, after: datetime, *, inclusive: bool = True) -> Iterator[datetime]:

@@ -9,6 +9,10 @@ runs again and produces the same fingerprint).
   time, with its fingerprint and status).
 * outbox: one row per result not yet confirmed by every sink, with the set of sinks that
   did confirm it. A row leaves only when every configured sink confirmed.
+* ``published``: the fingerprints that the one-shot commands (``inspect --publish``,
+  ``backfill --publish``) put in the outbox. They never touch the ledger, so a backfill
+  does not move the agent's schedule or calibration history; :meth:`AgentState.publish`
+  skips a fingerprint found here or in ``done``, so a rerun publishes nothing twice.
 """
 from __future__ import annotations
 
@@ -38,6 +42,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at REAL NOT NULL,
     result TEXT NOT NULL,
     delivered TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS published (
+    fingerprint TEXT PRIMARY KEY,
+    inspection_time REAL NOT NULL,
+    queued_at REAL NOT NULL
 );
 """
 
@@ -140,6 +149,37 @@ class AgentState:
 
         self._tx(write)
 
+    def publish(self, t: float, result: dict[str, Any]) -> bool:
+        """Queue a one-shot command's result of inspection ``t`` for the sinks, unless its
+        fingerprint was published before (by an earlier one-shot run, or by the agent:
+        ``done``). True when it was queued. The ledger, history and incident are left to
+        the agent."""
+        fp = result["fingerprint"]
+        payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
+        now = time.time()
+
+        def write(c: sqlite3.Connection) -> bool:
+            if c.execute("SELECT 1 FROM published WHERE fingerprint = ? UNION ALL "
+                         "SELECT 1 FROM done WHERE fingerprint = ?", (fp, fp)).fetchone():
+                return False
+            c.execute("INSERT INTO published(fingerprint, inspection_time, queued_at) "
+                      "VALUES (?, ?, ?)", (fp, t, now))
+            c.execute("INSERT INTO outbox(fingerprint, inspection_time, created_at, result) "
+                      "VALUES (?, ?, ?, ?) ON CONFLICT(fingerprint) DO NOTHING",
+                      (fp, t, now, payload))
+            return True
+
+        return bool(self._tx(write))
+
+    def published_pending(self) -> dict[str, frozenset[str]]:
+        """Results the one-shot commands queued that some sink has not confirmed yet:
+        fingerprint -> the sinks that did."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT o.fingerprint, o.delivered FROM outbox o JOIN published p "
+                "USING (fingerprint)").fetchall()
+        return {fp: frozenset(json.loads(delivered)) for fp, delivered in rows}
+
     # -- calibration history ------------------------------------------------------------------
     def add_history(self, values: list[tuple[float, float]]) -> None:
         """Backfilled (inspection time, statistic) pairs; existing times are kept."""
@@ -213,3 +253,4 @@ class AgentState:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+

@@ -7,6 +7,9 @@ whatever the stream length: rows live on disk, SQLite's page cache is capped, an
 
 One writer connection (behind a lock) takes batches from source threads; each reading
 thread gets its own connection, which WAL lets run alongside the writer.
+
+For inspections the store is a :class:`connectors.base.WindowSource` like InfluxDB: the
+agent and the one-shot commands ask it for windows through that one interface.
 """
 from __future__ import annotations
 
@@ -16,11 +19,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from connectors.base import Reading
+from connectors.base import Reading, WindowSource
 from monitor.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -46,8 +49,13 @@ class StoreError(Exception):
     """The store cannot be opened or written; the message names the path and the fix."""
 
 
-class ReadingStore:
-    """Readings on disk, queried by time window."""
+class ReadingStore(WindowSource):
+    """Readings on disk, queried by time window (a window source over what a stream source
+    delivered)."""
+
+    type: ClassVar[str] = "store"
+    # A stream fills the store from the agent's first start: inspect all of it.
+    inspect_from_oldest: ClassVar[bool] = True
 
     def __init__(self, path: Path, metrics: Metrics | None = None, *,
                  cache_kib: int = 16384) -> None:
@@ -157,9 +165,13 @@ class ReadingStore:
         return removed
 
     # -- reading ------------------------------------------------------------------------------
-    def watermark(self) -> float | None:
-        """Time (epoch s) of the newest reading, None when empty."""
+    def last_time_s(self) -> float | None:
+        """Time (epoch s) of the newest reading, None when empty (kept in memory)."""
         return self._watermark
+
+    def watermark(self) -> pd.Timestamp | None:
+        """Time of the newest reading, None when empty."""
+        return _timestamp(self._watermark)
 
     @staticmethod
     def _query_watermark(conn: sqlite3.Connection) -> float | None:
@@ -169,12 +181,12 @@ class ReadingStore:
             "FROM sensors s").fetchone()
         return row[0] if row else None
 
-    def first_time(self) -> float | None:
-        """Time (epoch s) of the oldest reading kept, None when empty."""
+    def first_time(self) -> pd.Timestamp | None:
+        """Time of the oldest reading kept, None when empty."""
         row = self._reader().execute(
             "SELECT MIN((SELECT MIN(time) FROM readings r WHERE r.sensor_id = s.id)) "
             "FROM sensors s").fetchone()
-        return row[0] if row else None
+        return _timestamp(row[0] if row else None)
 
     def sensors(self) -> list[str]:
         return sorted(self._sensor_ids)
@@ -196,9 +208,10 @@ class ReadingStore:
                 "AND time < ? ORDER BY time", (sid, start, end)))
         return out
 
-    def read_window(self, start: datetime | pd.Timestamp, end: datetime | pd.Timestamp
-                    ) -> pd.DataFrame:
-        """Long frame ``time`` (UTC), ``sensor``, ``value`` for ``[start, end)``."""
+    def read_window(self, start: datetime | pd.Timestamp, end: datetime | pd.Timestamp, *,
+                    resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
+        """Long frame ``time`` (UTC), ``sensor``, ``value`` for ``[start, end)``: the raw
+        readings (``resample``/``aggregate`` are left to the monitor's own resampling)."""
         import pandas as pd
 
         rows = self.fetch(start.timestamp(), end.timestamp())
@@ -212,3 +225,12 @@ class ReadingStore:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
+
+
+def _timestamp(epoch_s: float | None) -> pd.Timestamp | None:
+    """Epoch seconds -> UTC Timestamp (microseconds, as ``datetime.fromtimestamp``)."""
+    if epoch_s is None:
+        return None
+    import pandas as pd
+
+    return pd.Timestamp(datetime.fromtimestamp(epoch_s, UTC))

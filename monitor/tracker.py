@@ -7,13 +7,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from monitor.incidents import Incident, IncidentSettings, advance, attach
 from monitor.timeutil import parse_time
+
+if TYPE_CHECKING:
+    from monitor.inspection import Inspector, ReadWindow
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +25,7 @@ class SiteTracker:
     """History of ``(inspection time, statistic)`` from non-firing inspections, and the
     open incident."""
 
-    def __init__(self, inspector: Any, incidents: IncidentSettings,
+    def __init__(self, inspector: Inspector, incidents: IncidentSettings,
                  history: Iterable[tuple[datetime, float]] = (),
                  incident: Incident | None = None) -> None:
         self.inspector = inspector
@@ -57,7 +60,7 @@ class SiteTracker:
         for th in [th for th in self.history if th < horizon]:
             del self.history[th]
 
-    def backfill(self, times: list[datetime], read_window: Any) -> int:
+    def backfill(self, times: list[datetime], read_window: ReadWindow) -> int:
         """Compute the statistic at past ``times`` from the source (one read) and add the
         values to the history. Returns how many could be computed."""
         if not times:
@@ -83,7 +86,7 @@ class SiteTracker:
         return added
 
 
-def cached_reader(frame: pd.DataFrame) -> Any:
+def cached_reader(frame: pd.DataFrame) -> ReadWindow:
     """read_window(start, end) over one frame already read (sorted once, sliced by time)."""
     if frame.empty:
         return lambda start, end: frame
@@ -94,7 +97,7 @@ def cached_reader(frame: pd.DataFrame) -> Any:
         frame = frame.assign(time=times)
     stamps = times.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()  # datetime64, UTC
 
-    def read(start: Any, end: Any) -> pd.DataFrame:
+    def read(start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
         lo = np.searchsorted(stamps, pd.Timestamp(start).to_datetime64(), side="left")
         hi = np.searchsorted(stamps, pd.Timestamp(end).to_datetime64(), side="left")
         return frame.iloc[lo:hi]
@@ -102,7 +105,7 @@ def cached_reader(frame: pd.DataFrame) -> Any:
     return read
 
 
-def history_times(inspector: Any, t: datetime) -> list[datetime]:
+def history_times(inspector: Inspector, t: datetime) -> list[datetime]:
     """Past inspection times, one ``inspection_interval`` apart and aligned on ``t``, whose
     statistic calibrates the one at ``t`` (after window ended by ``t``, within the span)."""
     cal = inspector.decision.calibration

@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from connectors.timeutil import to_utc
 from monitor.names import NORMALISE, Normalise
+
+if TYPE_CHECKING:
+    from monitor.config import WindowsConfig
 
 
 class WindowError(Exception):
@@ -47,13 +50,13 @@ class WindowSpec:
     min_sensors: int = 2
 
     @classmethod
-    def from_config(cls, cfg: Any) -> WindowSpec:
+    def from_config(cls, cfg: WindowsConfig) -> WindowSpec:
         return cls(before=cfg.before, after=cfg.after, resample=cfg.resample,
                    aggregate=cfg.aggregate, normalise=cfg.normalise,
                    min_coverage=cfg.min_coverage, min_sensors=cfg.min_sensors)
 
-    def bounds(self, t: pd.Timestamp) -> tuple[pd.Timestamp, pd.Timestamp, pd.Timestamp]:
-        """(before start, t, after end)."""
+    def bounds(self, t: datetime) -> tuple[pd.Timestamp, pd.Timestamp, pd.Timestamp]:
+        """(before start, t, after end), UTC; ``t`` naive = UTC."""
         t = to_utc(t)
         return t - pd.Timedelta(self.before), t, t + pd.Timedelta(self.after)
 
@@ -152,7 +155,7 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
     raise ValueError(f"unknown normalise {how!r}; use one of {', '.join(NORMALISE)}")
 
 
-def build_windows(readings: pd.DataFrame, t: Any, spec: WindowSpec) -> Windows:
+def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Windows:
     """Readings (long: ``time`` UTC, ``sensor``, ``value``) -> the two windows for ``t``.
 
     Raises :class:`WindowError` when fewer than ``spec.min_sensors`` sensors have enough

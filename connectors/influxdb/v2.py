@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from connectors.base import ConnectorError
+from connectors.influxdb.config import AGGREGATES, InfluxReader, InfluxSourceConfig
 from connectors.influxdb.http import InfluxConnectionConfig, InfluxError, InfluxUnreachable
-from connectors.influxdb.source import AGGREGATES
 from connectors.timeutil import to_utc
 
 
@@ -46,16 +46,17 @@ def _wrap(exc: Exception, url: str) -> InfluxError:
     return InfluxError(f"InfluxDB 2.x at {url} failed: {exc}; check token, org and bucket")
 
 
-class FluxReader:
-    """Window queries in Flux (same output frame as the v1 source)."""
+class FluxSource(InfluxReader):
+    """The ``api: v2`` reader: window queries in Flux (same frame as the v1 reader)."""
 
-    def __init__(self, config: Any) -> None:
-        self.config = config
-        self._client = _client(config)
+    def __init__(self, config: InfluxSourceConfig | dict[str, Any]) -> None:
+        super().__init__(config)
+        self._client = _client(self.config)
 
     def _flux(self, start: pd.Timestamp, end: pd.Timestamp, resample: str | None,
               aggregate: str) -> str:
         c = self.config
+        assert c.bucket is not None  # api: v2 requires it
         flux = (f"from(bucket: {_flux_string(c.bucket)})\n"
                 f"  |> range(start: {_rfc3339(start)}, stop: {_rfc3339(end)})\n"
                 f"  |> filter(fn: (r) => r._measurement == {_flux_string(c.measurement)}"
@@ -83,6 +84,7 @@ class FluxReader:
 
     def watermark(self) -> pd.Timestamp | None:
         c = self.config
+        assert c.bucket is not None  # api: v2 requires it
         flux = (f"from(bucket: {_flux_string(c.bucket)})\n  |> range(start: 0)\n"
                 f"  |> filter(fn: (r) => r._measurement == {_flux_string(c.measurement)}"
                 f" and r._field == {_flux_string(c.field)})\n"

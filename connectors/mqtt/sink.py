@@ -8,10 +8,16 @@ availability with a last will.
 result delivered only when the broker has it. Results carry their ``fingerprint``:
 consumers that must see each alert once deduplicate on it (a timed-out send is retried
 by the outbox, and paho may still deliver the first copy after a reconnect).
+
+``role: publisher`` (what ``inspect --publish`` and ``backfill --publish`` use) sends results
+only: ``state`` not retained (the agent's latest result stays the retained one), no
+availability messages or last will, and a client id of its own, so a one-shot command never
+takes over the agent's session or says it is offline.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, ClassVar, Literal
@@ -44,6 +50,9 @@ class MqttSinkConfig(MqttConnectionConfig):
     site: str | None = None
     publish_timeout_s: float = Field(10.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
+    # agent: availability + last will, `state` retained. publisher: results only (set by
+    # the one-shot --publish commands; see the module docstring).
+    role: Literal["agent", "publisher"] = "agent"
 
     @field_validator("prefix")
     @classmethod
@@ -98,10 +107,15 @@ class MqttSink(SinkBase):
     def _connect(self, site: str) -> None:
         c = self.config
         self._site = site
-        client = build_client(c, client_id=c.client_id or f"mmdwatch-sink-{site}",
+        agent = c.role == "agent"
+        client_id = c.client_id or f"mmdwatch-sink-{site}"
+        if not agent:  # never the agent's id: the broker would drop the agent's session
+            client_id = f"{client_id}-publish-{os.getpid()}"
+        client = build_client(c, client_id=client_id,
                               clean_session=True, manual_ack=False, logger=log)
         availability = topics(c.prefix, site)["availability"]
-        client.will_set(availability, OFFLINE, qos=1, retain=True)
+        if agent:
+            client.will_set(availability, OFFLINE, qos=1, retain=True)
 
         def on_connect(cl: mqtt.Client, userdata: object, flags: object,
                        reason: mqtt.ReasonCode, properties: object) -> None:
@@ -110,7 +124,8 @@ class MqttSink(SinkBase):
                 log.error("%s (retrying with backoff)", self._last_error)
                 return
             self._last_error = None
-            cl.publish(availability, ONLINE, qos=1, retain=True)
+            if agent:
+                cl.publish(availability, ONLINE, qos=1, retain=True)
             self._connected.set()
             log.info("MQTT sink connected to %s, publishing under %s/%s/",
                      c.address, c.prefix, site)
@@ -144,7 +159,8 @@ class MqttSink(SinkBase):
         assert self._client is not None
         names = topics(self.config.prefix, str(site))
         payload = dumps(result)
-        infos = [self._client.publish(names["state"], payload, qos=1, retain=True)]
+        infos = [self._client.publish(names["state"], payload, qos=1,
+                                      retain=self.config.role == "agent")]
         if is_alert(result):
             infos.append(self._client.publish(names["alert"], payload, qos=1, retain=False))
         deadline = time.monotonic() + self.config.publish_timeout_s
@@ -163,7 +179,7 @@ class MqttSink(SinkBase):
         client, self._client = self._client, None
         if client is None:
             return
-        if self._connected.is_set() and self._site:
+        if self._connected.is_set() and self._site and self.config.role == "agent":
             info = client.publish(topics(self.config.prefix, self._site)["availability"],
                                   OFFLINE, qos=1, retain=True)
             try:

@@ -9,6 +9,9 @@ Public API (called by ``inspect --report``, ``backfill --report`` and the daemon
                             after=None, sensors_file=None, links_file=None) -> Path
     write_backfill_report(results, out_dir) -> Path
 
+``result`` is a :class:`monitor.result.InspectionResult` or its JSON object (read back with
+``InspectionResult.from_dict``; a JSON object is written beside the report as delivered).
+
 A figure that fails to draw is logged and named in the page; the only exception that leaves
 these functions is :class:`ReportWriteError` (the folder cannot be written). Callers that
 deliver alerts still wrap the call, so a report can never hold an alert back.

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from monitor.report.errors import ReportInputError, ReportWriteError
 from monitor.report.figures import Drawn
 from monitor.report.output import render_figure, write_pages, write_text
 from monitor.report.view import InspectionView
+from monitor.result import InspectionResult
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +45,11 @@ def _legend_below(fig: Any, ax: Any, height: float) -> None:
                    0.05 / height), ncols=len(handles), fontsize=8, frameon=False)
 
 
-def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
-    """Write the timeline report of ``results`` (inspection result dicts, any order) under
-    ``out_dir`` and return its folder. Raises only :class:`ReportWriteError`."""
+def write_backfill_report(results: Sequence[InspectionResult | Mapping[str, Any]],
+                          out_dir: Path) -> Path:
+    """Write the timeline report of ``results`` (typed inspection results or their JSON
+    objects, any order) under ``out_dir`` and return its folder. Raises only
+    :class:`ReportWriteError`."""
     started = time.perf_counter()
     views = [InspectionView.from_result(r) for r in results]
     views.sort(key=lambda v: (v.inspection_time is None, v.inspection_time or datetime.min))
@@ -53,7 +57,7 @@ def write_backfill_report(results: list[dict[str, Any]], out_dir: Path) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_text(folder / "results.jsonl",
-                    "".join(json.dumps(v.result, default=str) + "\n" for v in views))
+                    "".join(json.dumps(v.raw, default=str) + "\n" for v in views))
     except OSError as exc:
         raise ReportWriteError(
             f"cannot write the backfill report folder {str(folder)!r} ({exc}); pass a "
@@ -89,6 +93,15 @@ def _folder_name(views: list[InspectionView]) -> str:
 
 
 # --------------------------------------------------------------------------- figures
+
+
+def _times(views: list[InspectionView]) -> list[datetime]:
+    """The inspection times of ``views`` (the timelines get only views that have one)."""
+    times = [v.inspection_time for v in views if v.inspection_time is not None]
+    if len(times) != len(views):
+        raise ReportInputError("an inspection without a valid inspection_time cannot be "
+                               "placed on the time axis")
+    return times
 
 
 def _time_edges(times: list[datetime]) -> np.ndarray:
@@ -150,8 +163,9 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
     for j, v in enumerate(views):
         for r in v.sensors:
             grid[row[r.sensor_id], j] = r.score
-    edges = _time_edges([v.inspection_time for v in views])
-    centres = mdates.date2num([v.inspection_time for v in views])
+    times = _times(views)
+    edges = _time_edges(times)
+    centres = mdates.date2num(times)
 
     height = float(np.clip(2.0 + 0.16 * min(len(order), style.MAX_SENSOR_LABELS), 4.5, 19.0))
     fig = Figure(figsize=(_WIDTH, height), dpi=style.DPI)
@@ -224,9 +238,10 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     import matplotlib.dates as mdates
     from matplotlib.figure import Figure
 
-    centres = mdates.date2num([v.inspection_time for v in views])
+    times = _times(views)
+    centres = mdates.date2num(times)
     p = np.array([v.p_value if v.p_value is not None else np.nan for v in views], dtype=float)
-    edges = _time_edges([v.inspection_time for v in views])
+    edges = _time_edges(times)
     height = 4.0
     fig = Figure(figsize=(_WIDTH, height), dpi=style.DPI)
     ax, cax = _axes(fig, height)

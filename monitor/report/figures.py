@@ -21,6 +21,7 @@ from monitor.report.view import InspectionView
 
 if TYPE_CHECKING:  # pandas/matplotlib load only when a report is drawn
     import pandas as pd
+    from matplotlib.artist import Artist
     from matplotlib.figure import Figure
 
 
@@ -80,7 +81,7 @@ def _sensor_ticks(ax: Any, labels: Sequence[str], axis: str, selected: set[str])
 def _decision_text(view: InspectionView) -> str:
     """What decided, for titles: the method and selection rule, or the calibrated statistic."""
     if view.calibrated:
-        return f"calibrated {view.detection.get('statistic') or 'detection statistic'}"
+        return f"calibrated {view.statistic}"
     method = view.method or "method n/a"
     return f"{method}, {view.selection_rule} rule" if view.selection_rule else method
 
@@ -136,7 +137,7 @@ def score_bars(view: InspectionView) -> Drawn:
     ax = fig.add_subplot()
     x = np.arange(len(ids))
     ax.bar(x, scores, color=colours, width=0.8, edgecolor="none")
-    handles = [Patch(color=style.OTHER_COLOUR, label=f"not {verb}")]
+    handles: list[Artist] = [Patch(color=style.OTHER_COLOUR, label=f"not {verb}")]
     if chosen:
         handles.insert(0, Patch(color=style.SELECTED_COLOUR,
                                 label=f"{verb} in the alert ({len(chosen)})" if view.calibrated
@@ -147,16 +148,17 @@ def score_bars(view: InspectionView) -> Drawn:
         ax.text(0.5, 0.5, _no_weight_note(view), transform=ax.transAxes, ha="center",
                 va="center", fontsize=10, color="#444444", wrap=True)
     shown = threshold_placement(view)
-    if shown != "none":
+    thr = view.threshold
+    if shown != "none" and thr is not None:
         label = (f"alert threshold z² = {style.score_text(view.z2_threshold)} "
                  f"(|z| = {style.score_text(view.threshold)})" if view.calibrated
                  else f"selection threshold = {style.score_text(view.threshold)}"
                  + (f" ({view.selection_rule} rule)" if view.selection_rule else ""))
-        line_style = {"color": style.THRESHOLD_COLOUR, "ls": "--", "lw": 1.2}
+        line_style: dict[str, Any] = {"color": style.THRESHOLD_COLOUR, "ls": "--", "lw": 1.2}
         if shown == "drawn":
-            if view.threshold >= ax.get_ylim()[1]:
-                ax.set_ylim(0, view.threshold * 1.3)  # a little higher: show the line
-            handles.append(ax.axhline(view.threshold, label=label, **line_style))
+            if thr >= ax.get_ylim()[1]:
+                ax.set_ylim(0, thr * 1.3)  # a little higher: show the line
+            handles.append(ax.axhline(thr, label=label, **line_style))
         else:  # far above every bar (a calibrated "ok"): say so rather than squash the bars
             from matplotlib.lines import Line2D
 
@@ -408,8 +410,8 @@ def network_map(view: InspectionView, positions: pd.DataFrame,
     handles: list[Any] = []
     n_links = 0
     if segments is not None and len(segments):
-        ax.add_collection(LineCollection(segments, colors=style.LINK_COLOUR, linewidths=0.7,
-                                         zorder=1))
+        ax.add_collection(LineCollection(list(segments), colors=style.LINK_COLOUR,
+                                         linewidths=0.7, zorder=1))
         n_links = len(segments)
         handles.append(Line2D([], [], color=style.LINK_COLOUR, lw=1.5,
                               label=f"links ({n_links})"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,8 @@ def key_values(rows: Sequence[tuple[str, str]]) -> str:
     return f"<table>{cells}</table>"
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: set[int] = frozenset(),
+def table(header: Sequence[str], rows: Iterable[Sequence[str]],
+          numeric: AbstractSet[int] = frozenset(),
           row_classes: Iterable[str] | None = None) -> str:
     """Table; cell values are already-escaped HTML; ``numeric`` column indices right-align."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)

@@ -15,11 +15,13 @@ the other figures still appear.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,7 @@ from monitor.report import style
 from monitor.report.errors import ReportInputError, ReportWriteError
 from monitor.report.output import render_figure, write_pages, write_text
 from monitor.report.view import InspectionView
+from monitor.result import DetectionBlock, InspectionResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +42,7 @@ TOP_PROFILES = 3
 
 
 def write_inspection_report(
-    result: dict[str, Any],
+    result: InspectionResult | Mapping[str, Any],
     out_dir: Path,
     *,
     before_raw: pd.DataFrame | None = None,
@@ -51,7 +54,9 @@ def write_inspection_report(
 ) -> Path:
     """Write the report of one inspection under ``out_dir`` and return its folder.
 
-    ``result`` is the inspection result dict (docs/result.md, with ``engine`` and ``error``).
+    ``result`` is the inspection result: the typed :class:`monitor.result.InspectionResult`
+    or its JSON object (docs/result.md), read back with ``InspectionResult.from_dict``; the
+    JSON object is written beside the report as delivered.
     Frames are the hourly windows (DatetimeIndex, UTC; one column per sensor): ``*_raw`` as
     measured, ``before``/``after`` normalised as the engine saw them. All optional: what is
     missing is named in the page instead of drawn.
@@ -64,7 +69,7 @@ def write_inspection_report(
     folder = Path(out_dir) / view.folder_name()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_text(folder / "result.json", json.dumps(result, indent=2, default=str,
+        write_text(folder / "result.json", json.dumps(view.raw, indent=2, default=str,
                                                        allow_nan=True) + "\n")
     except OSError as exc:
         raise ReportWriteError(
@@ -93,8 +98,9 @@ def write_inspection_report(
 # --------------------------------------------------------------------------- figures
 
 
-def _profiles(folder: Path, view: InspectionView, before_raw: Any, after_raw: Any,
-              before: Any, after: Any) -> list[H.FigureRecord]:
+def _profiles(folder: Path, view: InspectionView, before_raw: pd.DataFrame | None,
+              after_raw: pd.DataFrame | None, before: pd.DataFrame | None,
+              after: pd.DataFrame | None) -> list[H.FigureRecord]:
     frames = [f for f in (before_raw, after_raw, before, after) if f is not None]
     if not frames:
         return [H.FigureRecord(
@@ -114,8 +120,8 @@ def _profiles(folder: Path, view: InspectionView, before_raw: Any, after_raw: An
         records.append(render_figure(
             folder, f"profile_{k}", f"Before/after profile of sensor {sensor}",
             caption,
-            lambda s=sensor: figs.profile(view, s, before_raw=before_raw, after_raw=after_raw,
-                                          before=before, after=after),
+            functools.partial(figs.profile, view, sensor, before_raw=before_raw,
+                              after_raw=after_raw, before=before, after=after),
             file=f"profile_{k}_{safe}.png"))
     return records
 
@@ -198,8 +204,7 @@ def scores_caption(view: InspectionView) -> str:
 
 
 def _calibrated_scores_caption(view: InspectionView) -> str:
-    det = view.detection
-    stat = H.esc(det.get("statistic") or "detection statistic")
+    stat = H.esc(view.statistic)
     parts = [(f"Sensors ranked by |z| of the detection statistic (<code>{stat}</code>), "
               "highest first: z is the shift of the sensor's residual (its reading minus its "
               "before-window profile, common mode removed) in the after window against the end "
@@ -310,16 +315,17 @@ def _facts(view: InspectionView) -> list[tuple[str, str]]:
             p += f" ({verdict} at α = {H.esc(style.p_text(level))})"
     rows = [("status", H.badge(view.status)), ("p-value", p)]
     if view.calibrated:
-        det = view.detection
+        det = view.detection or DetectionBlock()
         z2 = view.z2_threshold
+        history_n = "n/a" if det.history_n is None else det.history_n
         rows.append(("decision", (
-            f"calibrated: detection statistic <code>{H.esc(det.get('statistic') or 'n/a')}"
-            f"</code> = {H.esc(style.score_text(det.get('value')))}, alert threshold "
+            f"calibrated: detection statistic <code>{H.esc(det.statistic or 'n/a')}"
+            f"</code> = {H.esc(style.score_text(det.value))}, alert threshold "
             f"{H.esc(style.score_text(z2) if z2 is not None else 'not set yet')}, from "
-            f"{H.esc(det.get('history_n', 'n/a'))} past values")))
+            f"{H.esc(history_n)} past values")))
     beside = ""
     if view.calibrated and view.method:
-        beside = (" (ran beside the calibrated decision)" if view.result.get("engine")
+        beside = (" (ran beside the calibrated decision)" if view.result.engine is not None
                   else " (not run: it runs beside the calibrated decision when that fires)")
     rows.append(("method", H.esc(view.method or "n/a") + beside))
     if view.selection_rule and not view.calibrated:
@@ -328,24 +334,22 @@ def _facts(view: InspectionView) -> list[tuple[str, str]]:
                  H.esc(", ".join(view.selected) or "none")
                  + f" ({len(view.selected)} of {len(view.sensors)})"))
     w = view.windows
-    for name, cls in (("before", "before"), ("after", "after")):
-        win = w.get(name) if isinstance(w.get(name), dict) else None
-        if win:
-            rows.append((f"{name} window", (f'<span class="{cls}">{H.esc(win.get("start"))} → '
-                         f'{H.esc(win.get("end"))}</span>, n = {H.esc(win.get("n"))}')))
-    if w:
-        rows.append(("resampling", H.esc(f"{w.get('resample', 'n/a')} {w.get('aggregate', '')}, "
-                                         f"normalised by {w.get('normalise', 'n/a')}")))
-    test = view.result.get("test") if isinstance(view.result.get("test"), dict) else {}
-    if "seed" in test:
-        rows.append(("seed", H.esc(test["seed"])))
-    gen = view.result.get("generator")
-    if isinstance(gen, dict):
+    for name, win in (("before", w.before), ("after", w.after)):
+        if win.start or win.end:
+            rows.append((f"{name} window", (f'<span class="{name}">{H.esc(win.start)} → '
+                         f'{H.esc(win.end)}</span>, n = {H.esc(win.n)}')))
+    if w.resample or w.aggregate or w.normalise:
+        rows.append(("resampling", H.esc(f"{w.resample or 'n/a'} {w.aggregate}, "
+                                         f"normalised by {w.normalise or 'n/a'}")))
+    result = view.result
+    if result.test.seed is not None:
+        rows.append(("seed", H.esc(result.test.seed)))
+    gen = result.generator
+    if gen.version:  # a result read back without its generator block has none
         rows.append(("generator", H.esc(
-            f"{gen.get('name', '')} {gen.get('version', '')}, device {gen.get('device', 'n/a')}, "
-            f"{gen.get('runtime_s', 'n/a')} s")))
-    if view.result.get("fingerprint"):
-        rows.append(("fingerprint", f"<code>{H.esc(view.result['fingerprint'])}</code>"))
+            f"{gen.name} {gen.version}, device {gen.device}, {gen.runtime_s} s")))
+    if result.fingerprint:
+        rows.append(("fingerprint", f"<code>{H.esc(result.fingerprint)}</code>"))
     return rows
 
 
@@ -353,33 +357,24 @@ def _quality_notes(view: InspectionView) -> list[str]:
     """Plain sentences (escaped HTML) about what the test did not see as measured."""
     q = view.data_quality
     notes = []
-    used, seen = q.get("sensors_used"), q.get("sensors_seen")
-    if isinstance(used, int) and isinstance(seen, int) and used < seen:
+    used, seen = q.sensors_used, q.sensors_seen
+    if used is not None and seen is not None and used < seen:
         notes.append(f"{used} of {seen} sensors seen in the windows were tested.")
-    frac = q.get("missing_fraction")
-    try:
-        if frac is not None and float(frac) > 0:
-            notes.append(f"{float(frac):.2%} of the hourly values in the windows were missing "
-                         "(gaps inside a window are interpolated before the test).")
-    except (TypeError, ValueError):
-        pass
-    reasons = q.get("dropped_reasons") if isinstance(q.get("dropped_reasons"), dict) else {}
-    dropped = q.get("dropped_sensors") or []
-    if dropped:
-        items = []
-        for d in dropped:
-            sid = d.get("sensor_id", d.get("sensor", "?")) if isinstance(d, dict) else d
-            why = d.get("reason") if isinstance(d, dict) else reasons.get(str(d))
-            items.append(H.esc(sid) + (f" ({H.esc(why)})" if why else ""))
-        notes.append(f"{len(dropped)} sensor(s) left out of the test: {'; '.join(items)}.")
-    unscaled = q.get("unscaled_sensors")
-    if isinstance(unscaled, dict) and unscaled:
-        items = [f"{H.esc(k)} ({H.esc(v)})" for k, v in unscaled.items()]
+    frac = q.missing_fraction
+    if frac is not None and float(frac) > 0:
+        notes.append(f"{float(frac):.2%} of the hourly values in the windows were missing "
+                     "(gaps inside a window are interpolated before the test).")
+    reasons = q.dropped_reasons or {}
+    if q.dropped_sensors:
+        items = [H.esc(sid) + (f" ({H.esc(reasons[sid])})" if reasons.get(sid) else "")
+                 for sid in q.dropped_sensors]
+        notes.append(f"{len(q.dropped_sensors)} sensor(s) left out of the test: "
+                     f"{'; '.join(items)}.")
+    if q.unscaled_sensors:
+        items = [f"{H.esc(k)} ({H.esc(v)})" for k, v in q.unscaled_sensors.items()]
         notes.append(f"Not normalised: {'; '.join(items)}.")
-    known = {"missing_fraction", "dropped_sensors", "dropped_reasons", "sensors_seen",
-             "sensors_used", "unscaled_sensors"}
-    for key, value in q.items():  # anything else the inspection recorded
-        if key not in known and value not in (None, [], {}, 0):
+    for key, value in q.extra.items():  # anything else the inspection recorded
+        if value not in (None, [], {}, 0):
             notes.append(f"{H.esc(key)}: {H.esc(json.dumps(value, default=str))}")
     return notes
 

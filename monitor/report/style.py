@@ -76,13 +76,20 @@ def time_text(value: object) -> str:
     return dt.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _as_float(value: object) -> float | None:
+    """``value`` as a float, None where it is no number (None, text that is not one, ...)."""
+    if isinstance(value, int | float | str | np.number):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def p_text(p: object) -> str:
     """p-value for titles and tables: 3 significant digits, ``n/a`` when absent."""
-    if p is None:
-        return "n/a"
-    try:
-        value = float(p)
-    except (TypeError, ValueError):
+    value = _as_float(p)
+    if value is None:
         return "n/a"
     if not np.isfinite(value):
         return "n/a"
@@ -92,11 +99,8 @@ def p_text(p: object) -> str:
 
 
 def score_text(s: object) -> str:
-    try:
-        value = float(s)
-    except (TypeError, ValueError):
-        return "n/a"
-    return f"{value:.3g}" if np.isfinite(value) else "n/a"
+    value = _as_float(s)
+    return f"{value:.3g}" if value is not None and np.isfinite(value) else "n/a"
 
 
 def text_width_in(text: str, fontsize: float) -> float:

@@ -1,8 +1,11 @@
-"""A tolerant reading of one inspection result dict (docs/result.md, with ``engine``).
+"""What the reports read from one inspection result (docs/result.md, with ``engine``).
 
 Reports must render whatever arrives: a firing result, an ``ok`` one, a ``status: error``
-result without scores, or an older result missing ``engine``. Every figure and the HTML read
-the result through :class:`InspectionView` so each missing piece is handled in one place.
+result without scores, or an older result missing ``engine``. The result is read back once,
+by :meth:`monitor.result.InspectionResult.from_dict` (tolerant of missing blocks and keys);
+:class:`InspectionView` adds what the figures and the HTML need on top of it (display
+defaults, arrays, the threshold on the chart's scale), so each missing piece is handled in
+one place.
 
 Two decisions make results (``test.decision``):
 
@@ -18,22 +21,30 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from monitor.report.style import parse_time
+from monitor.result import (
+    DataQuality,
+    DetectionBlock,
+    EngineBlock,
+    InspectionResult,
+    WindowsBlock,
+)
 
 
 @dataclass(frozen=True)
 class SensorRow:
-    """One sensor of the result's ranked ``sensors`` list."""
+    """One sensor of the result's ranked ``sensors`` list, as the report draws it."""
 
     sensor_id: str
     rank: int
-    score: float
+    score: float  # NaN when the result has none
     selected: bool
     mean_before: float | None = None  # normalised window means
     mean_after: float | None = None
@@ -42,24 +53,35 @@ class SensorRow:
     engine_score: float | None = None  # calibrated decision: the engine's score beside |z|
 
 
-def _float(value: Any, default: float = math.nan) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return out
-
-
-def _opt_float(value: Any) -> float | None:
-    out = _float(value)
+def _opt_float(value: float | None) -> float | None:
+    """A finite-or-None float (NaN, from a result written with allow_nan, is None)."""
+    if value is None:
+        return None
+    out = float(value)
     return None if math.isnan(out) else out
+
+
+def _float(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def as_result(result: InspectionResult | Mapping[str, Any]) -> InspectionResult:
+    """The typed result, read back from its JSON object when given one."""
+    if isinstance(result, InspectionResult):
+        return result
+    if not isinstance(result, Mapping):
+        raise TypeError(
+            f"an inspection result must be a dict (the result JSON) or an InspectionResult, "
+            f"got {type(result).__name__}; pass the parsed JSON object")
+    return InspectionResult.from_dict(result)
 
 
 @dataclass
 class InspectionView:
     """What the report needs from one result, with defaults for everything absent."""
 
-    result: dict[str, Any]
+    result: InspectionResult
+    raw: dict[str, Any]  # the result JSON object as delivered (written back unchanged)
     site: str
     status: str
     inspection_time: datetime | None
@@ -76,70 +98,64 @@ class InspectionView:
     scores_per_lambda: np.ndarray | None  # (L, D), columns in ``engine_labels`` order
     engine_labels: list[str] | None  # (D,)
     normalise: str | None
-    windows: dict[str, Any] = field(default_factory=dict)
-    data_quality: dict[str, Any] = field(default_factory=dict)
-    decision: str = "engine"  # "engine" | "calibrated" (result["test"]["decision"])
+    windows: WindowsBlock
+    data_quality: DataQuality
+    decision: str = "engine"  # "engine" | "calibrated" (result.test.decision)
     selection_rule: str | None = None  # engine.params.selection, when recorded
-    detection: dict[str, Any] = field(default_factory=dict)  # result["detection"] or {}
+    detection: DetectionBlock | None = None
 
     @classmethod
-    def from_result(cls, result: dict[str, Any]) -> InspectionView:
-        if not isinstance(result, dict):
-            raise TypeError(
-                f"an inspection result must be a dict (the result JSON), got "
-                f"{type(result).__name__}; pass the parsed JSON object")
-        engine = result.get("engine") if isinstance(result.get("engine"), dict) else {}
-        test = result.get("test") if isinstance(result.get("test"), dict) else {}
-        windows = result.get("windows") if isinstance(result.get("windows"), dict) else {}
-        params = engine.get("params") if isinstance(engine.get("params"), dict) else {}
-        quality = (result.get("data_quality")
-                   if isinstance(result.get("data_quality"), dict) else {})
+    def from_result(cls, result: InspectionResult | Mapping[str, Any]) -> InspectionView:
+        typed = as_result(result)
+        raw = dict(result) if isinstance(result, Mapping) else typed.to_dict()
+        engine = typed.engine
+        test = typed.test
 
-        sensors = _sensor_rows(result, engine)
-        selected = [str(s) for s in (result.get("selected_sensors")
-                                     or engine.get("selected") or [])]
+        sensors = _sensor_rows(typed)
+        selected = list(typed.selected_sensors
+                        or ([str(s) for s in engine.selected] if engine else []))
         if not selected:
             selected = [r.sensor_id for r in sensors if r.selected]
         selected_set = set(selected)
         sensors = [replace(r, selected=r.sensor_id in selected_set or r.selected)
                    for r in sensors]
 
-        lambdas = _array(engine.get("lambdas"), ndim=1)
-        per_lambda = _array(engine.get("scores_per_lambda"), ndim=2)
-        labels = engine.get("labels")
-        labels = [str(x) for x in labels] if isinstance(labels, list) else None
-
-        p_value = _opt_float(test.get("p_value", engine.get("p_value")))
-        raw_time = result.get("inspection_time")
-        detection = (result.get("detection")
-                     if isinstance(result.get("detection"), dict) else {})
-        decision = "calibrated" if test.get("decision") == "calibrated" else "engine"
+        lambdas = _array(engine.lambdas, ndim=1) if engine else None
+        per_lambda = _array(engine.scores_per_lambda, ndim=2) if engine else None
+        labels = [str(x) for x in engine.labels] if engine else None
+        p_value = _opt_float(test.p_value if test.p_value is not None or engine is None
+                             else engine.p_value)
+        detection = typed.detection
+        decision = "calibrated" if typed.calibrated else "engine"
         if decision == "calibrated":  # the line sits where z**2 reaches the alert threshold
-            z2 = _opt_float(detection.get("threshold"))
+            z2 = _opt_float(detection.threshold) if detection else None
             threshold = math.sqrt(z2) if z2 is not None and z2 >= 0 else None
         else:
-            threshold = _opt_float(engine.get("threshold"))
+            threshold = _opt_float(engine.threshold) if engine else None
+        params = engine.params if engine else {}
         rule = params.get("selection")
+        alpha = test.alpha if test.alpha is not None else _param_float(params.get("alpha"))
         return cls(
-            result=result,
-            site=str(result.get("site") or "site"),
-            status=str(result.get("status") or "unknown"),
-            inspection_time=parse_time(raw_time),
-            inspection_time_raw=None if raw_time is None else str(raw_time),
+            result=typed,
+            raw=raw,
+            site=typed.site or "site",
+            status=typed.status or "unknown",
+            inspection_time=parse_time(typed.inspection_time or None),
+            inspection_time_raw=typed.inspection_time or None,
             p_value=p_value,
-            alpha=_opt_float(test.get("alpha", params.get("alpha"))),
-            method=test.get("method") or engine.get("method"),
-            summary=str(result.get("summary") or ""),
-            error=None if result.get("error") is None else str(result.get("error")),
+            alpha=_opt_float(alpha),
+            method=test.method or (engine.method if engine else "") or None,
+            summary=typed.summary,
+            error=typed.error,
             sensors=sensors,
             selected=selected,
             threshold=threshold,
             lambdas=lambdas,
             scores_per_lambda=per_lambda,
             engine_labels=labels,
-            normalise=windows.get("normalise"),
-            windows=windows,
-            data_quality=quality,
+            normalise=typed.windows.normalise or None,
+            windows=typed.windows,
+            data_quality=typed.data_quality,
             decision=decision,
             selection_rule=str(rule) if rule else None,
             detection=detection,
@@ -153,13 +169,20 @@ class InspectionView:
     def alert_level(self) -> float | None:
         """What the p-value is compared with: ``detection.level`` (calibrated) or α."""
         if self.calibrated:
-            return _opt_float(self.detection.get("level"))
+            return _opt_float(self.detection.level) if self.detection else None
         return self.alpha
 
     @property
     def z2_threshold(self) -> float | None:
         """Calibrated decision: the alert threshold on ``z**2`` (None when not set yet)."""
-        return _opt_float(self.detection.get("threshold")) if self.calibrated else None
+        if not self.calibrated or self.detection is None:
+            return None
+        return _opt_float(self.detection.threshold)
+
+    @property
+    def statistic(self) -> str:
+        """The calibrated decision's statistic, by name."""
+        return (self.detection.statistic if self.detection else None) or "detection statistic"
 
     @property
     def sensor_ids(self) -> list[str]:
@@ -179,7 +202,16 @@ class InspectionView:
         return f"{site}_{stamp}"
 
 
-def _array(value: Any, ndim: int) -> np.ndarray | None:
+def _param_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _array(value: object, ndim: int) -> np.ndarray | None:
     if value is None:
         return None
     try:
@@ -189,30 +221,23 @@ def _array(value: Any, ndim: int) -> np.ndarray | None:
     return arr if arr.ndim == ndim and arr.size else None
 
 
-def _sensor_rows(result: dict[str, Any], engine: dict[str, Any]) -> list[SensorRow]:
-    """Ranked rows from ``result["sensors"]``; else from ``engine.labels/scores``."""
+def _sensor_rows(result: InspectionResult) -> list[SensorRow]:
+    """Ranked rows from the result's ``sensors``; else from ``engine.labels/scores``."""
     rows: list[SensorRow] = []
-    listed = result.get("sensors")
-    if isinstance(listed, list) and listed:
-        for i, item in enumerate(listed):
-            if not isinstance(item, dict) or item.get("sensor_id") is None:
-                continue
-            rows.append(SensorRow(
-                sensor_id=str(item["sensor_id"]),
-                rank=int(_float(item.get("rank"), i + 1)),
-                score=_float(item.get("score")),
-                selected=bool(item.get("selected", False)),
-                mean_before=_opt_float(item.get("mean_before")),
-                mean_after=_opt_float(item.get("mean_after")),
-                raw_mean_before=_opt_float(item.get("raw_mean_before")),
-                raw_mean_after=_opt_float(item.get("raw_mean_after")),
-                engine_score=_opt_float(item.get("engine_score")),
-            ))
-    elif isinstance(engine.get("labels"), list) and engine.get("scores") is not None:
-        scores = _array(engine.get("scores"), ndim=1)
-        labels = [str(x) for x in engine["labels"]]
+    engine: EngineBlock | None = result.engine
+    if result.sensors:
+        rows = [SensorRow(sensor_id=s.sensor_id, rank=s.rank, score=_float(s.score),
+                          selected=s.selected, mean_before=_opt_float(s.mean_before),
+                          mean_after=_opt_float(s.mean_after),
+                          raw_mean_before=_opt_float(s.raw_mean_before),
+                          raw_mean_after=_opt_float(s.raw_mean_after),
+                          engine_score=_opt_float(s.engine_score))
+                for s in result.sensors]
+    elif engine is not None and engine.labels and engine.scores:
+        scores = _array(engine.scores, ndim=1)
+        labels = [str(x) for x in engine.labels]
         if scores is not None and len(scores) == len(labels):
-            chosen = {str(s) for s in engine.get("selected") or []}
+            chosen = {str(s) for s in engine.selected}
             order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
             rows = [SensorRow(labels[j], k + 1, float(scores[j]), labels[j] in chosen)
                     for k, j in enumerate(order)]

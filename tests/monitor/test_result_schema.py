@@ -17,6 +17,7 @@ from monitor.compose import build_inspector, build_source
 from monitor.config import validate_config
 from monitor.demo import DATA_FILE, demo_config, write_bundled_data
 from monitor.inspection import SCHEMA, EngineSettings, Inspector
+from monitor.result import InspectionResult
 from monitor.timeutil import format_duration
 from monitor.windows import WindowSpec
 
@@ -131,6 +132,25 @@ def test_what_mmdwatch_inspect_prints_validates(validator: Any, at: str,
     result = json.loads(out[0])
     assert result["inspection_time"] == at + "Z"
     assert _errors(validator, result) == []
+    _round_trips(result)
+
+
+def _round_trips(result: dict[str, Any]) -> None:
+    """The typed result reads a produced result back and writes it out unchanged: the same
+    keys, values and key order (the JSON text is identical)."""
+    typed = InspectionResult.from_dict(result)
+    assert typed.to_dict() == result
+    assert json.dumps(typed.to_dict()) == json.dumps(result)
+
+
+def test_the_typed_result_round_trips_what_the_inspector_writes(
+        validator: Any, inspector: Inspector, demo: tuple[Any, Any],
+        computed: dict[str, Any]) -> None:
+    error = inspector.run(BEFORE_THE_DATA, demo[1])
+    for result in (computed, error.result):
+        _round_trips(result)
+        assert _errors(validator, InspectionResult.from_dict(result).to_dict()) == []
+    assert error.inspection.status == "error" and error.inspection.error
 
 
 def test_unknown_status_fails_validation(validator: Any, computed: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from connectors.base import Reading
+import pandas as pd
+
+from connectors.base import Reading, WindowSource
 from monitor.metrics import Metrics
 from monitor.store import ReadingStore
 
@@ -23,8 +25,14 @@ def test_duplicates_are_idempotent_and_out_of_order_is_fine(tmp_path):
     assert [t for _, t, _ in rows] == [T0 + 600 * k for k in range(10)]
     assert rows[2][2] == 99.0
     assert store.count() == 10
-    assert store.watermark() == T0 + 5400
-    assert store.first_time() == T0
+    assert store.last_time_s() == T0 + 5400
+    assert store.watermark() == pd.Timestamp(T0 + 5400, unit="s", tz="UTC")
+    assert store.first_time() == pd.Timestamp(T0, unit="s", tz="UTC")
+    # a window source like InfluxDB: the agent and the CLI read windows through one interface
+    assert isinstance(store, WindowSource) and store.inspect_from_oldest
+    assert len(store.read_window(pd.Timestamp(T0, unit="s", tz="UTC"),
+                                 pd.Timestamp(T0 + 1800, unit="s", tz="UTC"),
+                                 resample="1h", aggregate="mean")) == 3
     assert metrics.snapshot()["readings_accepted"] == 14
 
 
@@ -44,10 +52,10 @@ def test_store_survives_reopening_and_prunes_old_readings(tmp_path):
     store.add([Reading(s, T0 + 3600 * k, 1.0) for s in ("a", "b") for k in range(48)])
     store.close()
     store = ReadingStore(path)
-    assert store.watermark() == T0 + 3600 * 47
+    assert store.last_time_s() == T0 + 3600 * 47
     assert store.sensors() == ["a", "b"]
     assert store.prune(T0 + 3600 * 24) == 48
-    assert store.count() == 48 and store.first_time() == T0 + 3600 * 24
+    assert store.count() == 48 and store.first_time().timestamp() == T0 + 3600 * 24
     frame = store.read_window(datetime.fromtimestamp(T0 + 3600 * 24, UTC),
                               datetime.fromtimestamp(T0 + 3600 * 26, UTC))
     assert len(frame) == 4 and str(frame["time"].dt.tz) == "UTC"
