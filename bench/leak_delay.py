@@ -38,7 +38,8 @@ from bench._common import machine_load
 from bench.null_streams import NullNetwork
 
 log = logging.getLogger("bench.leak_delay")
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "ltown-delay-dev"
+_BESIDE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ltown-delay-dev"
+SHARED = _BESIDE if _BESIDE.exists() else Path("/work/shared/data/ltown-delay-dev")
 OUT = Path(__file__).resolve().parent / "results" / "leak_delay"
 BEFORE = pd.Timedelta(days=7)
 LIVE_AFTER = pd.Timedelta(hours=16)  # the live profile's after window (last replayed time)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from connectors.timeutil import to_utc
 from monitor.incidents import Incident, IncidentSettings, advance, attach
 from monitor.timeutil import parse_time
 
@@ -73,7 +74,7 @@ class SiteTracker:
             return 0
         # a before window that starts ahead of the data is padded, not measured: skip it
         first = pd.Timestamp(frame["time"].min())
-        first = first.tz_localize("UTC") if first.tzinfo is None else first
+        first = to_utc(first)
         times = [th for th in times if pd.Timestamp(th - spec.before) >= first]
         added = 0
         for th in times:

@@ -87,3 +87,26 @@ def influxd_secure(tmp_path: Path, tls_cert: SelfSignedCert) -> Iterator[InfluxS
                                    password=INFLUX_PASSWORD, tls=tls_cert))
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _results_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every result made in-process is validated against docs/result.schema.json."""
+    from monitor.inspection import Inspector
+    from monitor.state import AgentState
+    from tests.result_contract import check
+
+    run, commit = Inspector.run, AgentState.commit_inspection
+
+    def checked_run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        outcome = run(self, *args, **kwargs)
+        check(outcome.result)
+        return outcome
+
+    def checked_commit(self, t, result, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if "schema" in result:  # hand-made stand-ins in state/outbox tests carry none
+            check(result)
+        return commit(self, t, result, *args, **kwargs)
+
+    monkeypatch.setattr(Inspector, "run", checked_run)
+    monkeypatch.setattr(AgentState, "commit_inspection", checked_commit)

@@ -9,14 +9,17 @@ from pathlib import Path
 import pytest
 
 from monitor.simulate import Scenario, simulate, write_csv
+from tests.result_contract import check_output
 from tests.shared_data import LTOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout, check=False)
+    out = subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
+                         text=True, cwd=ROOT, timeout=timeout, check=False)
+    check_output(out.stdout)  # every printed result follows docs/result.schema.json
+    return out
 
 
 def test_help_does_not_import_heavy_modules():
