@@ -256,9 +256,15 @@ class Agent:
             log.exception("report for %s failed", outcome.result.get("inspection_time"))
 
     def _maybe_prune(self) -> None:
-        if self.store is None or time.monotonic() - self._last_prune < 60:
+        if time.monotonic() - self._last_prune < 60:
             return
         self._last_prune = time.monotonic()
+        last = self.state.last_done()
+        if last is not None and self.inspector.calibrated:  # history older than its span
+            span = self.inspector.decision.calibration.history + timedelta(days=1)
+            self.state.prune_history(last - span.total_seconds())
+        if self.store is None:
+            return
         wm = self.store.last_time_s()
         if wm is None:
             return

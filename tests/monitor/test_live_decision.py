@@ -149,3 +149,25 @@ def test_too_little_history_is_a_clear_calibrating_status():
     assert result["calibration"].startswith("calibrating: ")
     assert "of 4.0 days of history" in result["summary"]
     assert result["selected_sensors"] == [] and result["test"]["p_value"] is None
+
+
+def test_history_and_open_incident_are_committed_with_the_result(tmp_path):
+    """One transaction: the result, its statistic in the history and the open incident."""
+    from monitor.state import AgentState
+
+    state = AgentState(tmp_path / "state.sqlite")
+    t0 = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
+    incident = {"id": "x-1", "site": "x", "state": "open", "started": "2024-01-01T00:00:00Z",
+                "last_firing": "2024-01-01T00:00:00Z", "sensors": ["a"]}
+    state.commit_inspection(t0, {"fingerprint": "f0", "status": "ok"}, statistic=1.5,
+                            incident=incident)
+    state.commit_inspection(t0 + 3600, {"fingerprint": "f1", "status": "firing"},
+                            incident=False)  # False: the incident row is left as it is
+    assert state.history(t0) == [(t0, 1.5)]
+    assert state.open_incident() == incident
+    state.commit_inspection(t0 + 7200, {"fingerprint": "f2", "status": "ok"}, statistic=2.0,
+                            incident=None)  # None: no incident open any more
+    assert state.open_incident() is None
+    state.prune_history(t0 + 1)
+    assert state.history(0) == [(t0 + 7200, 2.0)]
+    state.close()
