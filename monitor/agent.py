@@ -171,8 +171,6 @@ class Agent:
                 self.metrics.set_source_rejected(health["rejected"])
             while not self._stopping.is_set():
                 pending = self.due(limit=1)
-                if pending and not self._history_ready:
-                    self._prepare_history(pending[0])
                 if not pending:
                     break
                 self.run_inspection(pending[0])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
+import numpy.typing as npt
 
 TAIL_QUANTILE = 0.8
 MIN_EXCEEDANCES = 5
@@ -50,46 +51,70 @@ def empirical_pvalue(value: float, history: np.ndarray) -> float:
     return float((1 + np.count_nonzero(history >= value)) / (history.size + 1))
 
 
-def tail_pvalue(value: float, history: np.ndarray) -> float:
+@dataclass(frozen=True)
+class TailFit:
+    """The history, sorted, and its Pareto tail: fitted once, then asked for p-values and
+    for the alert threshold (which takes many p-values) without refitting."""
+
+    history: np.ndarray  # (n,), finite, ascending
+    start: float  # the history's TAIL_QUANTILE; the tail holds the values above it
+    exceedances: int
+    scale: float  # mean log-exceedance; <= 0 when there is no usable tail
+
+    @classmethod
+    def of(cls, history: npt.ArrayLike) -> TailFit:
+        values = np.asarray(history, dtype=float)
+        values = np.sort(values[np.isfinite(values)])
+        if values.size == 0:
+            return cls(values, math.inf, 0, 0.0)
+        start = float(np.quantile(values, TAIL_QUANTILE))
+        upper = values[values > start]
+        if upper.size < MIN_EXCEEDANCES or start <= 0:
+            return cls(values, start, int(upper.size), 0.0)
+        scale = float((np.log(upper) - math.log(start)).mean())
+        return cls(values, start, int(upper.size), scale)
+
+    def pvalue(self, value: float) -> float:
+        """The empirical p-value, or beyond the tail's start the smaller Pareto tail."""
+        n = self.history.size
+        if n == 0:
+            return 1.0
+        at_least = n - int(np.searchsorted(self.history, value, side="left"))
+        emp = (1 + at_least) / (n + 1)
+        if value <= self.start or self.scale <= 0:
+            return float(emp)
+        tail = (self.exceedances / (n + 1)) * math.exp(
+            -(math.log(value) - math.log(self.start)) / self.scale)
+        return float(min(emp, tail))
+
+    def threshold(self, level: float) -> float:
+        """The smallest value whose p-value is below ``level`` (inf when none is)."""
+        if self.history.size == 0:
+            return math.inf
+        lo = float(self.history[-1])
+        hi = max(lo, 1e-12) * 2.0
+        for _ in range(200):  # the p-value falls with the value; find an upper bracket
+            if self.pvalue(hi) < level:
+                break
+            hi *= 2.0
+        else:
+            return math.inf
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if self.pvalue(mid) < level else (mid, hi)
+        return hi
+
+
+def tail_pvalue(value: float, history: npt.ArrayLike) -> float:
     """The empirical p-value, or below the history's range an extrapolated Pareto tail.
 
     ``history`` holds past values of a non-negative statistic, shape (n,). Never larger
     than :func:`empirical_pvalue`, never below 0.
     """
-    history = np.asarray(history, dtype=float)
-    history = history[np.isfinite(history)]
-    emp = empirical_pvalue(value, history)
-    n = history.size
-    if n == 0:
-        return 1.0
-    threshold = float(np.quantile(history, TAIL_QUANTILE))
-    upper = history[history > threshold]
-    if value <= threshold or upper.size < MIN_EXCEEDANCES or threshold <= 0:
-        return emp
-    log_exceed = np.log(upper) - math.log(threshold)
-    scale = float(log_exceed.mean())
-    if scale <= 0:
-        return emp
-    tail = (upper.size / (n + 1)) * math.exp(-(math.log(value) - math.log(threshold)) / scale)
-    return float(min(emp, tail))
+    return TailFit.of(history).pvalue(value)
 
 
-def threshold(level: float, history: np.ndarray) -> float:
+def threshold(level: float, history: npt.ArrayLike) -> float:
     """The smallest statistic value whose :func:`tail_pvalue` is below ``level`` (the alert
     threshold on the statistic's own scale; inf when the history cannot reach ``level``)."""
-    history = np.asarray(history, dtype=float)
-    history = history[np.isfinite(history)]
-    if history.size == 0:
-        return math.inf
-    lo = float(history.max())
-    hi = max(lo, 1e-12) * 2.0
-    for _ in range(200):  # the p-value falls with the value; find an upper bracket
-        if tail_pvalue(hi, history) < level:
-            break
-        hi *= 2.0
-    else:
-        return math.inf
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if tail_pvalue(mid, history) < level else (mid, hi)
-    return hi
+    return TailFit.of(history).threshold(level)

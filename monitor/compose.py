@@ -50,8 +50,7 @@ def build_decision(config: MonitorConfig) -> DecisionSettings:
     calibration = CalibrationSettings(false_incident_interval=d.false_incident_interval,
                                       inspection_interval=inspection_interval(config),
                                       min_history=d.min_history, history=d.history)
-    return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration,
-                            attribution_rows=max(4, int(d.local_level / resample)))
+    return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration)
 
 
 def build_inspector(config: MonitorConfig) -> Inspector:

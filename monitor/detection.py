@@ -65,6 +65,19 @@ def _slots(index: pd.DatetimeIndex, weekly: bool) -> np.ndarray:
     return hour + 24 * (np.asarray(index.day_of_week) >= 5)
 
 
+def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.ndarray
+                ) -> np.ndarray:
+    """Mean of the rows of ``x`` (n, D) in each slot, (n_slots, D), in one pass; a slot
+    without values takes ``fallback`` ((n_slots, D) or (D,))."""
+    finite = np.isfinite(x)
+    sums = np.zeros((n_slots, x.shape[1]))
+    counts = np.zeros((n_slots, x.shape[1]))
+    np.add.at(sums, slots, np.where(finite, x, 0.0))
+    np.add.at(counts, slots, finite)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, fallback)
+
+
 def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = True
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Readings minus the before window's profile of their slot, (n_b, D) and (n_a, D).
@@ -73,18 +86,11 @@ def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = 
     falls back to the hour-of-day profile, and an hour with no rows to the window mean.
     """
     xb, xa = before.to_numpy(dtype=float), after.to_numpy(dtype=float)
-    mean = np.nanmean(xb, axis=0)
-    hour_b = _slots(before.index, False)
-    by_hour = np.tile(mean, (24, 1))
-    for h in np.unique(hour_b):
-        by_hour[h] = np.nanmean(xb[hour_b == h], axis=0)
-    table = np.concatenate([by_hour, by_hour]) if weekly else by_hour
+    table = _slot_means(xb, _slots(before.index, False), 24, np.nanmean(xb, axis=0))
     slot_b = _slots(before.index, weekly)
     if weekly:
-        for s in np.unique(slot_b):
-            table[s] = np.nanmean(xb[slot_b == s], axis=0)
-    slot_a = _slots(after.index, weekly)
-    return xb - table[slot_b], xa - table[slot_a]
+        table = _slot_means(xb, slot_b, 48, np.concatenate([table, table]))
+    return xb - table[slot_b], xa - table[_slots(after.index, weekly)]
 
 
 def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int

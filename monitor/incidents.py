@@ -19,8 +19,6 @@ from typing import Any
 
 from monitor.timeutil import parse_time
 
-EVENTS = ("opened", "updated", "resolved")
-
 
 @dataclass(frozen=True)
 class IncidentSettings:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.console import format_change
-from monitor.calibration import CalibrationSettings, tail_pvalue
+from monitor.calibration import CalibrationSettings, TailFit
 from monitor.detection import STATISTIC, DetectorSettings
 from monitor.names import DEFAULT_METHOD, SELECTORS
 from monitor.result import (
@@ -108,7 +108,6 @@ class DecisionSettings:
     rule: str = "engine"
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
-    attribution_rows: int = 96  # before-window rows (the latest) the engine compares with
 
 
 @dataclass
@@ -208,15 +207,13 @@ class Inspector:
         """
         from connectors.base import ConnectorError
         from monitor.detection import DetectionError
-        from monitor.windows import WindowError, build_windows
+        from monitor.windows import WindowError
 
         started = time.perf_counter()
         result = self._base(t)
         windows = None
         try:
-            start, t_utc, end = self.spec.bounds(t)
-            readings = read_window(start, end)
-            windows = build_windows(readings, t_utc, self.spec)
+            windows = self._windows(t, read_window)
             if self.calibrated:
                 self._decide_calibrated(result, windows, history)
             else:
@@ -253,14 +250,20 @@ class Inspector:
         result.status = "error"
         result.error = message
 
+    def _windows(self, t: datetime, read_window: ReadWindow) -> Windows:
+        """The before and after windows of the inspection at ``t``."""
+        from monitor.windows import build_windows
+
+        start, t_utc, end = self.spec.bounds(t)
+        return build_windows(read_window(start, end), t_utc, self.spec)
+
     def detect(self, t: datetime, read_window: ReadWindow) -> float | None:
         """The detection statistic alone at ``t`` (history backfill), None on bad data."""
         from monitor.detection import DetectionError, detect
-        from monitor.windows import WindowError, build_windows
+        from monitor.windows import WindowError
 
-        start, t_utc, end = self.spec.bounds(t)
         try:
-            windows = build_windows(read_window(start, end), t_utc, self.spec)
+            windows = self._windows(t, read_window)
             return detect(windows.before_raw, windows.after_raw, self.decision.detector).value
         except (WindowError, DetectionError):
             return None
@@ -306,7 +309,6 @@ class Inspector:
         that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
 
-        from monitor.calibration import threshold
         from monitor.detection import detect
 
         d = self.decision
@@ -331,8 +333,9 @@ class Inspector:
                                   "or wait)")
             self._sensor_rows(result, w, labels, evidence, set(), z)
             return
-        p = tail_pvalue(det.value, hist)
-        limit = threshold(cal.level, hist)
+        fit = TailFit.of(hist)
+        p = fit.pvalue(det.value)
+        limit = fit.threshold(cal.level)
         block.p_value = _f(p, 10)
         block.threshold = _f(limit)
         result.test.p_value = _f(p, 10)
@@ -347,7 +350,7 @@ class Inspector:
         # (README "Decision"), so its scores are reported, not used to rank.
         named = {s for s in labels if z[s] ** 2 >= limit} or {max(labels, key=lambda s: abs(z[s]))}
         self._sensor_rows(result, w, labels, evidence, named, z)
-        rows = min(d.attribution_rows, len(det.before_residuals))
+        rows = max(4, d.detector.local_level_rows)  # the rows the statistic compares with
         selector = self.engine.make_selector()
         sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)
         engine_scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],

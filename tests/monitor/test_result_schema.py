@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import jsonschema  # the dev extra (pip install -e '.[dev]')
@@ -20,9 +19,8 @@ from monitor.inspection import SCHEMA, EngineSettings, Inspector
 from monitor.result import InspectionResult
 from monitor.timeutil import format_duration
 from monitor.windows import WindowSpec
+from tests import result_contract
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_FILE = ROOT / "docs" / "result.schema.json"
 # The demo's leak starts 2026-01-12 06:00 and the data span 2026-01-05 .. 2026-01-18.
 AT = datetime(2026, 1, 12, tzinfo=UTC)
 BEFORE_THE_DATA = datetime(2025, 1, 12, tzinfo=UTC)
@@ -34,9 +32,9 @@ LIGHT = {"n_splits": 2, "n_lambdas": 2, "search_epochs": 10, "n_permutations": 4
 
 @pytest.fixture(scope="module")
 def validator() -> Any:
-    schema = json.loads(SCHEMA_FILE.read_text())
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    checker = result_contract.validator()  # the one every produced result is checked with
+    jsonschema.Draft202012Validator.check_schema(checker.schema)
+    return checker
 
 
 @pytest.fixture(scope="module")
