@@ -45,7 +45,12 @@ class Selection:
     constant columns); ``selected`` labels, highest score first; ``p_value`` calibrated
     p-value of "the two samples differ"; ``threshold`` of the selection rule on ``scores``
     (inf when nothing could be selected); ``lambdas`` (L,); ``scores_per_lambda`` (L, D);
-    ``split_p_values`` the per-split p-values combined into ``p_value``.
+    ``split_p_values`` the per-split p-values combined into ``p_value``; ``candidates``
+    the variables the selection rule picks from ``scores`` whatever the p-value (highest
+    score first), and ``selected`` the same list only when ``p_value < alpha`` (else
+    empty: no significant difference, nothing to attribute; the ranking stays in
+    ``scores`` and ``candidates``); ``p_value_parts`` the valid p-values combined into
+    ``p_value`` (``split`` and ``moments``, or ``block``).
     """
 
     method: str
@@ -63,6 +68,9 @@ class Selection:
     runtime_s: float
     selected_index: list[int] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    candidates: list[Any] = field(default_factory=list)
+    candidate_index: list[int] = field(default_factory=list)
+    p_value_parts: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (non-finite floats become null)."""
@@ -71,7 +79,9 @@ class Selection:
             "labels": [_json_label(x) for x in self.labels],
             "scores": [_json_float(x) for x in self.scores],
             "selected": [_json_label(x) for x in self.selected],
+            "candidates": [_json_label(x) for x in self.candidates],
             "p_value": _json_float(self.p_value),
+            "p_value_parts": {str(k): _json_float(v) for k, v in self.p_value_parts.items()},
             "threshold": _json_float(self.threshold),
             "lambdas": [_json_float(x) for x in self.lambdas],
             "scores_per_lambda": [[_json_float(x) for x in row] for row in self.scores_per_lambda],

@@ -8,11 +8,18 @@ learned on the training half of a split only, and the validation half is tested 
 MMD permutation test under that learned kernel; such a split p-value is exactly valid
 because the kernel does not depend on the validation data. CVAggregation combines its
 K cross-fitted split p-values by ``min(1, (K/k) p_(k))`` with k = ceil(K/2), i.e. twice
-the lower median, which is valid under any dependence between them.
+the lower median, which is valid under any dependence between them. With exchangeable
+rows that split p-value is combined with a full-sample permutation test of per-variable
+moments (engine/moment_test.py) as ``min(1, 2 min(p_split, p_moments))``: still exactly
+valid, and far more powerful for changes of one variable's spread or shape.
+
+``selected`` is filled only when ``p_value < alpha``; ``candidates`` always holds what the
+selection rule picks from the scores (the ranking is kept either way).
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -25,15 +32,18 @@ from engine import _fitting as F
 from engine.errors import InvalidParameterError
 from engine.kernels import HeuristicName, KernelName, check_kernel
 from engine.lambdas import search_lambdas
+from engine.moment_test import moment_permutation_pvalue
 from engine.optimiser import FAST, PAPER, OptimiserConfig, minimise
 from engine.permutation import combine_split_pvalues
 from engine.problems import ESTIMATORS, OBJECTIVES, EstimatorName, ObjectiveName, ProblemSet
 from engine.result import Selection
 from engine.selection import DEFAULT_RULE, RuleName, check_rule, select
-from engine.splits import make_splits
+from engine.splits import Splits, block_ids, make_splits, permutation_labels
+from engine.starts import memberships, moment_starts, pick_lower
 
 log = logging.getLogger(__name__)
 GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd")
+STARTS: tuple[str, ...] = ("ones", "ones+moments")
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class SplitFit:
     power ratio on the validation halves; ``subsets`` (K, L, A) selected variables;
     ``gate_p`` (K, L) gate p-values of the selections; ``split_p`` (K,) split p-values of
     the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio on the training halves;
-    ``epochs`` passes of the optimiser over the batch.
+    ``epochs`` passes of the optimiser over the batch; ``start`` (K, L) the start kept
+    per problem (0 all ones, 1 moments; engine/starts.py).
     """
 
     weights: np.ndarray
@@ -55,6 +66,7 @@ class SplitFit:
     split_p: np.ndarray
     train_ratio: np.ndarray
     epochs: int
+    start: np.ndarray
 
 
 def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
@@ -82,9 +94,10 @@ class _Selector:
         optimiser: str | OptimiserConfig = "fast",
         n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
-        gate_test: str = "mmd",
+        gate_test: str = "mmd", starts: str = "ones+moments",
     ) -> None:
         self.gate_test = gate_test
+        self.starts = starts
         self.seed = int(seed)
         self.device = device
         self.alpha = float(alpha)
@@ -126,6 +139,8 @@ class _Selector:
             raise InvalidParameterError("n_permutations, p_value_permutations and n_projections must be >= 1")
         if self.block_size is not None and (int(self.block_size) != self.block_size or self.block_size < 1):
             raise InvalidParameterError(f"block_size must be a positive integer or None, got {self.block_size!r}")
+        if self.starts not in STARTS:
+            raise InvalidParameterError(f"starts must be one of {STARTS}, got {self.starts!r}")
         if self.gate_test not in GATE_TESTS:
             raise InvalidParameterError(f"gate_test must be one of {GATE_TESTS}, got {self.gate_test!r}")
         _optimiser(self.optimiser)
@@ -138,16 +153,35 @@ class _Selector:
         return params
 
     # -- shared steps ------------------------------------------------------------------
-    def _p_value(self, prep: F.Prepared, split_p: np.ndarray) -> float:
-        """Rows exchangeable: twice the lower median of the split p-values. Whole blocks
-        (block_size): a full-sample block permutation test, because a validation half
-        has too few blocks to ever reach alpha (see engine/block_test.py)."""
+    def _p_value(self, prep: F.Prepared, split_p: np.ndarray) -> tuple[float, dict[str, float]]:
+        """The reported p-value and its parts.
+
+        Rows exchangeable: ``min(1, 2 min(p_split, p_moments))``, Bonferroni over two
+        exactly valid p-values: twice the lower median of the split p-values (learned
+        kernels, validation halves; sees joint changes) and the full-sample permutation
+        test of per-variable moments (:mod:`engine.moment_test`; sees changes of one
+        variable's mean, spread or shape with all the rows). Whole blocks (block_size): a
+        full-sample block permutation test, because a validation half has too few blocks
+        to ever reach alpha (see engine/block_test.py).
+        """
         if self.block_size is None:
-            return combine_split_pvalues(split_p)
+            p_split = combine_split_pvalues(split_p)
+            p_moments = self._moment_pvalue(prep)
+            p = min(1.0, 2 * min(p_split, p_moments))
+            return p, {"split": p_split, "moments": p_moments}
         from engine.block_test import block_permutation_pvalue
 
-        return block_permutation_pvalue(prep, int(self.block_size), self.p_value_permutations,
-                                        self.seed, self.kernel)
+        p = block_permutation_pvalue(prep, int(self.block_size), self.p_value_permutations,
+                                     self.seed, self.kernel)
+        return p, {"block": p}
+
+    def _moment_pvalue(self, prep: F.Prepared) -> float:
+        n, m = prep.x.shape[0], prep.y.shape[0]
+        rng = np.random.default_rng([self.seed, 0x30E])  # its own stream: splits unchanged
+        labels = permutation_labels(block_ids(n, None), block_ids(m, None),
+                                    self.p_value_permutations, rng)
+        p, _ = moment_permutation_pvalue(prep.x, prep.y, torch.as_tensor(labels))
+        return p
 
     def _prepare(self, x: Any, y: Any) -> F.Prepared:
         return F.prepare(x, y, block_size=self.block_size, heuristic=self.length_scale,
@@ -165,17 +199,27 @@ class _Selector:
                             np.zeros(n_lambdas), np.zeros((n_lambdas, d)), [1.0], t0, {})
 
     def _result(self, prep: F.Prepared, scores: np.ndarray, chosen: np.ndarray, threshold: float,
-                p_value: float, lambdas: np.ndarray, per_lambda: np.ndarray,
-                split_p: list[float], t0: float, details: dict[str, Any]) -> Selection:
+                p_value: float | tuple[float, dict[str, float]], lambdas: np.ndarray,
+                per_lambda: np.ndarray, split_p: list[float], t0: float,
+                details: dict[str, Any]) -> Selection:
+        """The Selection. ``chosen`` (the rule's picks, highest score first) become
+        ``candidates``; they are also ``selected`` only when ``p_value < alpha``, so that a
+        reader of ``selected`` alone never acts on an insignificant difference."""
+        p, parts = p_value if isinstance(p_value, tuple) else (p_value, {})
         labels = prep.samples.labels
+        candidates = [int(i) for i in chosen]
+        significant = math.isfinite(p) and p < self.alpha
+        selected = candidates if significant else []
         return Selection(
             method=self.method, labels=list(labels), scores=np.asarray(scores, dtype=float),
-            selected=[labels[i] for i in chosen], p_value=float(p_value),
+            selected=[labels[i] for i in selected], p_value=float(p),
             threshold=float(threshold), lambdas=np.asarray(lambdas, dtype=float),
             scores_per_lambda=np.asarray(per_lambda, dtype=float),
-            split_p_values=[float(p) for p in split_p], params=self.get_params(),
+            split_p_values=[float(q) for q in split_p], params=self.get_params(),
             device=str(prep.device), seed=self.seed, runtime_s=time.perf_counter() - t0,
-            selected_index=[int(i) for i in chosen], details=details,
+            selected_index=selected, details=details,
+            candidates=[labels[i] for i in candidates], candidate_index=candidates,
+            p_value_parts={k: float(v) for k, v in parts.items()},
         )
 
     def _split_fit(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
@@ -189,7 +233,9 @@ class _Selector:
                              block_size=self.block_size)
         train = F.split_problems(prep, splits, "train", self.kernel, self.estimator)
         lam = torch.as_tensor(lambdas, dtype=prep.dtype, device=prep.device)
-        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser))
+        init, start = self._starting_points(prep, splits, train, lam)
+        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser),
+                       init=init)
         weights = res.weights.abs()
         val_problems = F.split_problems(prep, splits, "val", self.kernel, self.estimator)
         with torch.no_grad():
@@ -222,7 +268,26 @@ class _Selector:
         split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
         return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
                         split_p=split_p, train_ratio=train_ratio,
-                        epochs=int(res.total_epochs))
+                        epochs=int(res.total_epochs), start=start.cpu().numpy())
+
+    def _starting_points(self, prep: F.Prepared, splits: Splits, train: ProblemSet,
+                         lam: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Initial weights (K, L, A) of the training problems and which start each got (K,
+        L; 0 all ones, 1 moments). ``starts="ones"``: the paper's all ones (None).
+        ``"ones+moments"``: per split and lambda, whichever of all ones and the split's
+        moment start (engine/starts.py) has the lower regularised training objective."""
+        k_sets, n_lam, a = splits.n_splits, lam.shape[0], prep.x.shape[1]
+        ones = torch.ones(k_sets, n_lam, a, dtype=prep.dtype, device=prep.device)
+        if self.starts == "ones":
+            return None, torch.zeros(k_sets, n_lam, dtype=torch.int64)
+        n, m = prep.x.shape[0], prep.y.shape[0]
+        in_x = memberships(splits.x_train, n, 0, n + m)
+        in_y = memberships(splits.y_train, m, n, n + m)
+        moments = moment_starts(prep.x, prep.y, in_x, in_y)  # (K, A)
+        both = torch.cat([ones, moments.unsqueeze(1).expand(-1, n_lam, -1)], dim=1)
+        with torch.no_grad():
+            loss = train.loss(both, torch.cat([lam, lam]), self.objective)  # (K, 2L)
+        return pick_lower(both, loss, 2)
 
 
 class _LambdaSelector(_Selector):
@@ -308,6 +373,7 @@ class CVAggregation(_LambdaSelector):
         chosen, thr = select(scores, self.selection)
         p_value = self._p_value(prep, split_p)
         details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=fit.epochs,
+                       moment_start_share=float(fit.start.mean()),
                        gate_fallback=bool(fell_back))
         return self._result(prep, prep.expand(scores), prep.active[chosen], thr, p_value,
                             lambdas, prep.expand(per_lambda), list(split_p), t0, details)

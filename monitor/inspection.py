@@ -294,8 +294,10 @@ class Inspector:
         selector = self.engine.make_selector()
         sel = selector.fit(w.before, w.after)
         labels = [str(x) for x in sel.labels]
+        # The engine's candidates, not its `selected` (empty when p >= alpha): the result
+        # contract names the rule's picks on ok results too (docs/result.md).
         self._sensor_rows(result, w, labels, [float(s) for s in sel.scores],
-                          {str(s) for s in sel.selected})
+                          {str(s) for s in sel.candidates})
         p = float(sel.p_value)
         result.test.p_value = _f(p, 8)
         significant = math.isfinite(p) and p < self.engine.alpha

@@ -23,8 +23,9 @@ from engine import (
 )
 
 QUICK = {"optimiser": OptimiserConfig(max_epochs=80), "p_value_permutations": 199, "device": "cpu"}
-CONTRACT_KEYS = {"method", "labels", "scores", "selected", "p_value", "threshold", "lambdas",
-                 "scores_per_lambda", "split_p_values", "params", "device", "seed", "runtime_s"}
+CONTRACT_KEYS = {"method", "labels", "scores", "selected", "candidates", "p_value",
+                 "p_value_parts", "threshold", "lambdas", "scores_per_lambda", "split_p_values",
+                 "params", "device", "seed", "runtime_s"}
 
 
 def shifted(n=80, d=10, shift=(3,), size=1.2, seed=0):
@@ -77,11 +78,41 @@ def test_same_seed_same_result_and_torch_input():
     assert a.p_value == b.p_value and a.selected == b.selected
 
 
-def test_null_gives_no_small_p_value():
+def test_null_gives_no_small_p_value_and_selects_nothing():
     rng = np.random.default_rng(5)
     x, y = rng.normal(size=(60, 6)), rng.normal(size=(60, 6))
     res = CVAggregation(seed=0, n_splits=4, **QUICK).fit(x, y)
     assert res.p_value > 0.05
+    # not significant: nothing selected, yet the rule's picks and the ranking are kept
+    assert res.selected == [] and res.selected_index == []
+    assert res.candidates and np.max(res.scores) > 0
+    assert set(res.p_value_parts) == {"split", "moments"}
+    assert res.p_value == min(1.0, 2 * min(res.p_value_parts.values()))
+
+
+def test_significant_fit_selects_its_candidates(cv_fit):
+    assert cv_fit.selected == cv_fit.candidates and cv_fit.p_value < cv_fit.params["alpha"]
+    assert cv_fit.p_value == min(1.0, 2 * min(cv_fit.p_value_parts.values()))
+
+
+def test_narrower_variance_is_detected_by_the_moment_part():
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=(120, 8)), rng.normal(size=(120, 8))
+    y[:, 5] *= np.sqrt(0.4)
+    res = CVAggregation(seed=0, n_splits=4, **QUICK).fit(x, y)
+    assert res.p_value_parts["moments"] < 0.01 and res.p_value < 0.05
+    assert res.selected and res.selected[0] == 5
+
+
+def test_bimodal_change_is_found_from_the_moment_start():
+    # equal mean and variance; the paper's all-ones start does not see it
+    rng = np.random.default_rng(4)
+    n, d = 200, 10
+    x, y = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    y[:, 2] = rng.choice([-0.95, 0.95], size=n) + rng.normal(size=n) * np.sqrt(1 - 0.95**2)
+    res = CVAggregation(seed=0, n_splits=4, **QUICK).fit(x, y)
+    assert res.candidates[0] == 2 and res.details["moment_start_share"] > 0
+    assert res.p_value < 0.05
 
 
 def test_constant_column_is_never_selected():
