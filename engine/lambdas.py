@@ -55,29 +55,57 @@ def search_lambdas(
     ``n_history`` lambdas; ``upper`` is then the Update of the stopping lambda, as in the
     paper's pseudo-code. Gives up after ``max_steps`` lambdas (upper = the last one).
     """
-    path: list[float] = []
-    selections: list[tuple[int, ...]] = []
-    lam = lower
-    stopped = False
-    while not stopped and len(path) < max_steps:
-        seq = lambda_sequence(lam, min(chunk, max_steps - len(path)))
-        dtype = problems.delta.dtype
-        result = minimise(problems, torch.tensor(seq, dtype=dtype), objective=objective,
+    return search_lambdas_many(problems, rule=rule, lower=lower, n_candidates=n_candidates,
+                               n_history=n_history, chunk=chunk, max_steps=max_steps,
+                               objective=objective, config=config)[0]
+
+
+def search_lambdas_many(
+    problems: ProblemSet, *, rule: RuleName, lower: float = 0.01, n_candidates: int = 6,
+    n_history: int = 3, chunk: int = 6, max_steps: int = 48,
+    objective: ObjectiveName = "ratio", config: OptimiserConfig = FAST,
+) -> list[LambdaSearch]:
+    """Algorithm 3 for each of the ``problems.n_sets`` data sets, all walks at once: each
+    round solves the next chunk of every data set still searching as one batch (lambdas
+    (K, chunk), one row per data set), then walks each chunk as the sequential algorithm
+    would. Each problem is optimised on its own (own step sizes and early stop), so every
+    data set gets the search it would get alone.
+    """
+    n_sets = problems.n_sets
+    paths: list[list[float]] = [[] for _ in range(n_sets)]
+    selections: list[list[tuple[int, ...]]] = [[] for _ in range(n_sets)]
+    lams = [lower] * n_sets
+    searching = list(range(n_sets))
+    dtype = problems.delta.dtype
+    while searching:
+        steps = min(chunk, max_steps - len(paths[searching[0]]))  # equal for all searching
+        seqs = [lambda_sequence(lams[i], steps) for i in searching]
+        batch = problems if len(searching) == n_sets else problems.sets(
+            torch.as_tensor(searching, device=problems.delta.device))
+        result = minimise(batch, torch.tensor(seqs, dtype=dtype), objective=objective,
                           config=config)
-        weights = result.weights[0].abs().cpu().numpy()
-        for i, value in enumerate(seq):
-            chosen, _ = select(weights[i], rule)
-            path.append(value)
-            selections.append(tuple(sorted(int(c) for c in chosen)))
-            lam = next_lambda(value)
-            if len(chosen) == 1 or (
-                len(selections) >= n_history
-                and len(set(selections[-n_history:])) == 1
-            ):
-                stopped = True
-                break
-    if not stopped:
-        log.warning("lambda search did not stop within %d values; using %.3g", max_steps, lam)
-    upper = lam
-    candidates = np.linspace(lower, upper, n_candidates)
-    return LambdaSearch(candidates, upper, path, selections)
+        weights = result.weights.abs().cpu().numpy()
+        still = []
+        for row, i in enumerate(searching):
+            stopped = False
+            for j, value in enumerate(seqs[row]):
+                chosen, _ = select(weights[row, j], rule)
+                paths[i].append(value)
+                selections[i].append(tuple(sorted(int(c) for c in chosen)))
+                lams[i] = next_lambda(value)
+                if len(chosen) == 1 or (
+                    len(selections[i]) >= n_history
+                    and len(set(selections[i][-n_history:])) == 1
+                ):
+                    stopped = True
+                    break
+            if stopped:
+                continue
+            if len(paths[i]) >= max_steps:
+                log.warning("lambda search did not stop within %d values; using %.3g",
+                            max_steps, lams[i])
+                continue
+            still.append(i)
+        searching = still
+    return [LambdaSearch(np.linspace(lower, lams[i], n_candidates), lams[i], paths[i],
+                         selections[i]) for i in range(n_sets)]

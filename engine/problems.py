@@ -13,6 +13,7 @@ and the hand-written backward of :class:`_KernelRowSums`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -155,7 +156,8 @@ class ProblemSet:
     ``delta`` (K, D, P); for the quadratic estimator P = n//2 * n + m//2 * m + n*m (the
     circulant pairs of X and of Y, :func:`circulant_pairs`, then all X-Y pairs; rows padded
     to n and m with masks ``mx`` (K, 1, n), ``my`` (K, 1, m) or None, and pair weights
-    ``wx``, ``wy`` (pairs,) or (K, 1, pairs) or None); ``delta_t`` an optional contiguous
+    ``wx``, ``wy`` (pairs,) or (K, 1, pairs) or None); ``gamma`` the length scales (D,),
+    or (K, 1, D) when the data sets have their own (:meth:`concat`); ``delta_t`` an optional contiguous
     (K, P, D) copy for the backward product; for the linear estimator P = 4 * (c/2) (the
     four pair terms of each of c/2 quadruples).
     """
@@ -186,14 +188,55 @@ class ProblemSet:
     def n_sets(self) -> int:
         return self.delta.shape[0]
 
-    def sets(self, index: slice) -> ProblemSet:
-        """The data sets ``index`` (a slice) of this batch, sharing its tensors."""
+    def sets(self, index: slice | torch.Tensor) -> ProblemSet:
+        """The data sets ``index`` of this batch: a slice shares its tensors, an index
+        tensor (dim 0) copies them."""
         def cut(t: torch.Tensor | None) -> torch.Tensor | None:
             return t[index] if t is not None and t.dim() == 3 else t
 
+        gamma = self.gamma[index] if self.gamma.dim() == 3 else self.gamma
         return ProblemSet(self.delta[index], self.n, self.m, cut(self.mx), cut(self.my),
-                          self.gamma, self.kernel, self.estimator, cut(self.wx), cut(self.wy),
-                          cut(self.delta_t))
+                          gamma, self.kernel, self.estimator, cut(self.wx),
+                          cut(self.wy), cut(self.delta_t))
+
+    @classmethod
+    def concat(cls, parts: list[ProblemSet]) -> ProblemSet:
+        """The data sets of several batches of equal n, m, D, kernel and estimator as one
+        batch (how ``fit_many`` solves many fits together). Each part keeps its own length
+        scales: ``gamma`` becomes (K, 1, D) when they differ between parts."""
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        if any((p.n, p.m, p.delta.shape[1:], p.kernel, p.estimator)
+               != (first.n, first.m, first.delta.shape[1:], first.kernel, first.estimator)
+               for p in parts):
+            raise ValueError("ProblemSet.concat needs parts of equal n, m, D, kernel and "
+                             "estimator; group the fits by shape first")
+
+        def per_set(get: Callable[[ProblemSet], torch.Tensor | None], width: int
+                    ) -> torch.Tensor | None:
+            """Each part's tensor as (K_i, 1, width), all None -> None."""
+            values = [get(p) for p in parts]
+            if all(v is None for v in values):
+                return None
+            out = []
+            for p, v in zip(parts, values, strict=True):
+                if v is None:
+                    v = torch.ones(width, dtype=p.delta.dtype, device=p.delta.device)
+                out.append(v.expand(p.n_sets, 1, width) if v.dim() < 3 else v)
+            return torch.cat(out)
+
+        d = first.delta.shape[1]
+        gamma = (first.gamma if all(torch.equal(p.gamma, first.gamma) for p in parts)
+                 else torch.cat([p.gamma.expand(p.n_sets, 1, d) if p.gamma.dim() < 3
+                                 else p.gamma for p in parts]))
+        delta_t = (torch.cat([p.delta_t for p in parts if p.delta_t is not None])
+                   if all(p.delta_t is not None for p in parts) else None)
+        return cls(torch.cat([p.delta for p in parts]), first.n, first.m,
+                   per_set(lambda p: p.mx, first.n), per_set(lambda p: p.my, first.m),
+                   gamma, first.kernel, first.estimator,
+                   per_set(lambda p: p.wx, first.n // 2 * first.n),
+                   per_set(lambda p: p.wy, first.m // 2 * first.m), delta_t)
 
     @classmethod
     def build(

@@ -22,6 +22,7 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,9 +30,9 @@ import numpy as np
 import torch
 
 from engine import _fitting as F
-from engine.errors import InvalidParameterError
+from engine.errors import EngineError, InvalidParameterError
 from engine.kernels import HeuristicName, KernelName, check_kernel
-from engine.lambdas import search_lambdas
+from engine.lambdas import search_lambdas_many
 from engine.moment_test import moment_permutation_pvalue
 from engine.optimiser import FAST, PAPER, OptimiserConfig, minimise
 from engine.permutation import combine_split_pvalues
@@ -67,6 +68,19 @@ class SplitFit:
     train_ratio: np.ndarray
     epochs: int
     start: np.ndarray
+
+
+@dataclass
+class _SplitSetup:
+    """What a split fit prepares before the optimiser: the splits, the training problems
+    (K sets), the lambdas (L,), the starting weights (K, L, A) and which start each is
+    (K, L)."""
+
+    splits: Splits
+    train: ProblemSet
+    lam: torch.Tensor
+    init: torch.Tensor
+    start: torch.Tensor
 
 
 def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
@@ -228,15 +242,42 @@ class _Selector:
         compute on the validation halves: power ratio, selections, gate p-values, and
         the split p-values of the learned-kernel MMD test. See :class:`SplitFit`.
         """
+        return self._split_fits([prep], [lambdas], n_splits, [rng])[0]
+
+    def _split_fits(self, preps: list[F.Prepared], lambdas: list[np.ndarray], n_splits: int,
+                    rngs: list[np.random.Generator]) -> list[SplitFit]:
+        """:meth:`_split_fit` of several data sets of one shape, their training problems
+        solved as ONE batch (N data sets x K splits x L lambdas); each data set draws from
+        its own ``rng`` in the order a single fit does, so each gets the fit it would get
+        alone."""
+        setups = [self._split_setup(p, lam, n_splits, rng)
+                  for p, lam, rng in zip(preps, lambdas, rngs, strict=True)]
+        train = ProblemSet.concat([s.train for s in setups])
+        lam = torch.cat([s.lam.expand(s.train.n_sets, -1) for s in setups])  # (N*K, L)
+        init = torch.cat([s.init for s in setups])
+        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser),
+                       init=init)
+        fits = []
+        for i, (prep, setup, rng) in enumerate(zip(preps, setups, rngs, strict=True)):
+            rows = slice(i * n_splits, (i + 1) * n_splits)
+            fits.append(self._split_finish(prep, setup, res.weights[rows].abs(),
+                                           int(res.total_epochs), rng))
+        return fits
+
+    def _split_setup(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
+                     rng: np.random.Generator) -> _SplitSetup:
         n, m = prep.x.shape[0], prep.y.shape[0]
         splits = make_splits(n, m, n_splits, rng, train_fraction=self.train_fraction,
                              block_size=self.block_size)
         train = F.split_problems(prep, splits, "train", self.kernel, self.estimator)
         lam = torch.as_tensor(lambdas, dtype=prep.dtype, device=prep.device)
         init, start = self._starting_points(prep, splits, train, lam)
-        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser),
-                       init=init)
-        weights = res.weights.abs()
+        return _SplitSetup(splits, train, lam, init, start)
+
+    def _split_finish(self, prep: F.Prepared, setup: _SplitSetup, weights: torch.Tensor,
+                      epochs: int, rng: np.random.Generator) -> SplitFit:
+        """Everything after the optimiser, for one data set: ``weights`` (K, L, A)."""
+        splits, train, start = setup.splits, setup.train, setup.start
         val_problems = F.split_problems(prep, splits, "val", self.kernel, self.estimator)
         with torch.no_grad():
             val_ratio = val_problems.ratio(weights).cpu().numpy()
@@ -268,18 +309,18 @@ class _Selector:
         split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
         return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
                         split_p=split_p, train_ratio=train_ratio,
-                        epochs=int(res.total_epochs), start=start.cpu().numpy())
+                        epochs=epochs, start=start.cpu().numpy())
 
     def _starting_points(self, prep: F.Prepared, splits: Splits, train: ProblemSet,
-                         lam: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+                         lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Initial weights (K, L, A) of the training problems and which start each got (K,
-        L; 0 all ones, 1 moments). ``starts="ones"``: the paper's all ones (None).
+        L; 0 all ones, 1 moments). ``starts="ones"``: the paper's all ones.
         ``"ones+moments"``: per split and lambda, whichever of all ones and the split's
         moment start (engine/starts.py) has the lower regularised training objective."""
         k_sets, n_lam, a = splits.n_splits, lam.shape[0], prep.x.shape[1]
         ones = torch.ones(k_sets, n_lam, a, dtype=prep.dtype, device=prep.device)
         if self.starts == "ones":
-            return None, torch.zeros(k_sets, n_lam, dtype=torch.int64)
+            return ones, torch.zeros(k_sets, n_lam, dtype=torch.int64)
         n, m = prep.x.shape[0], prep.y.shape[0]
         in_x = memberships(splits.x_train, n, 0, n + m)
         in_y = memberships(splits.y_train, m, n, n + m)
@@ -308,16 +349,24 @@ class _LambdaSelector(_Selector):
                 f"search_epochs must be a positive integer or None (no cap), got {search_epochs!r}")
 
     def _lambda_candidates(self, prep: F.Prepared) -> tuple[np.ndarray, dict[str, Any]]:
+        return self._lambda_candidates_many([prep])[0]
+
+    def _lambda_candidates_many(self, preps: list[F.Prepared]
+                                ) -> list[tuple[np.ndarray, dict[str, Any]]]:
+        """Algorithm 3's candidate lambdas and search details of each data set (one shape),
+        all searches solved together."""
         config = _optimiser(self.optimiser)
         if self.search_epochs is not None:
             # Algorithm 3 only needs each lambda's selected set, which settles before the
             # objective's last digits do.
             config = replace(config, max_epochs=min(config.max_epochs, self.search_epochs))
-        search = search_lambdas(
-            self._full_problem(prep), rule=self.selection, lower=self.lambda_lower,
-            n_candidates=self.n_lambdas, objective=self.objective, config=config,
+        searches = search_lambdas_many(
+            ProblemSet.concat([self._full_problem(p) for p in preps]), rule=self.selection,
+            lower=self.lambda_lower, n_candidates=self.n_lambdas, objective=self.objective,
+            config=config,
         )
-        return search.candidates, {"lambda_upper": search.upper, "lambda_path": search.path}
+        return [(s.candidates, {"lambda_upper": s.upper, "lambda_path": s.path})
+                for s in searches]
 
 
 class CVAggregation(_LambdaSelector):
@@ -352,9 +401,80 @@ class CVAggregation(_LambdaSelector):
         prep = self._prepare(x, y)
         if prep.active.size == 0:
             return self._trivial(prep, t0, self.n_lambdas)
-        rng = np.random.default_rng(self.seed)
-        lambdas, details = self._lambda_candidates(prep)
-        fit = self._split_fit(prep, lambdas, self.n_splits, rng)
+        return self._fit_group([prep], t0)[0]
+
+    def fit_many(self, pairs: Sequence[tuple[Any, Any]], *, errors: str = "raise",
+                 max_batch_bytes: int = 32 * 2**20) -> list[Selection | EngineError]:
+        """Fit many independent (X, Y) pairs; the same results as one :meth:`fit` each.
+
+        Pairs of one shape (rows of X, rows of Y, non-constant variables) share one set of
+        optimiser passes: their lambda searches are one batch, and their K x L training
+        problems are batched (N x K x L problems) up to ``max_batch_bytes`` of precomputed
+        pair differences per batch. Each pair draws from its own random
+        stream, seeded like a single fit, and each problem keeps its own step sizes and
+        early stop, so results equal separate fits up to floating-point rounding (tested).
+        ``errors="raise"``: a pair with bad input raises its :class:`EngineError`;
+        ``"return"``: that pair's entry is the error and the others are fitted.
+        ``runtime_s`` of each result is its share of its batch's time.
+        """
+        if errors not in ("raise", "return"):
+            raise InvalidParameterError(f"errors must be 'raise' or 'return', got {errors!r}")
+        out: list[Selection | EngineError | None] = [None] * len(pairs)
+        with F.torch_threads(self.n_threads):
+            groups: dict[tuple[int, int, int], list[tuple[int, F.Prepared]]] = {}
+            for i, (x, y) in enumerate(pairs):
+                t0 = time.perf_counter()
+                try:
+                    prep = self._prepare(x, y)
+                except EngineError as exc:
+                    if errors == "raise":
+                        raise
+                    out[i] = exc
+                    continue
+                if prep.active.size == 0:
+                    out[i] = self._trivial(prep, t0, self.n_lambdas)
+                    continue
+                key = (prep.x.shape[0], prep.y.shape[0], prep.x.shape[1])
+                groups.setdefault(key, []).append((i, prep))
+            for (n, m, a), members in groups.items():
+                # The lambda searches of a whole group are one batch (each is small); the
+                # training problems go in batches of ``max_batch_bytes``: on a CPU an epoch
+                # reads all pair differences twice, and beyond the cache that costs more
+                # than the saved per-epoch overhead.
+                per_fit = self._delta_bytes(n, m, a)
+                cv_size = max(1, int(max_batch_bytes // max(per_fit, 1)))
+                t0 = time.perf_counter()
+                results = self._fit_group([p for _, p in members], t0, cv_size)
+                share = (time.perf_counter() - t0) / len(members)
+                for (i, _), res in zip(members, results, strict=True):
+                    res.runtime_s = share
+                    out[i] = res
+        return [r for r in out if r is not None]
+
+    def _delta_bytes(self, n: int, m: int, a: int) -> int:
+        """Bytes of the training pair differences of one fit (K splits) at ``dtype``."""
+        n_t, m_t = round(n * self.train_fraction), round(m * self.train_fraction)
+        pairs = n_t // 2 * n_t + m_t // 2 * m_t + n_t * m_t
+        return self.n_splits * a * pairs * (4 if self.dtype == "float32" else 8)
+
+    def _fit_group(self, preps: list[F.Prepared], t0: float,
+                   cv_size: int | None = None) -> list[Selection]:
+        """Algorithm 2 for data sets of one shape: one batch for all lambda searches, and
+        batches of ``cv_size`` data sets (None: all) for the training problems."""
+        rngs = [np.random.default_rng(self.seed) for _ in preps]
+        candidates = self._lambda_candidates_many(preps)
+        size = cv_size or len(preps)
+        fits: list[SplitFit] = []
+        for start in range(0, len(preps), size):
+            part = slice(start, start + size)
+            fits += self._split_fits(preps[part], [lam for lam, _ in candidates[part]],
+                                     self.n_splits, rngs[part])
+        return [self._aggregate(prep, lambdas, dict(details), fit, t0)
+                for prep, (lambdas, details), fit in zip(preps, candidates, fits, strict=True)]
+
+    def _aggregate(self, prep: F.Prepared, lambdas: np.ndarray, details: dict[str, Any],
+                   fit: SplitFit, t0: float) -> Selection:
+        """The scores Pi from one data set's split fits, the selection and the p-value."""
         w, val_ratio, gate_p, split_p = fit.weights, fit.val_ratio, fit.gate_p, fit.split_p
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)

@@ -1,0 +1,70 @@
+"""CVAggregation.fit_many: many (X, Y) pairs as batched fits, the same as one fit each."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine import CVAggregation, NonFiniteInputError, OptimiserConfig
+from engine.problems import ProblemSet
+
+QUICK = {"optimiser": OptimiserConfig(max_epochs=40), "p_value_permutations": 199,
+         "device": "cpu", "n_splits": 3}
+
+
+def _pairs(count: int, n: int = 50, d: int = 6, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        x, y = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+        y[:, i % d] += 1.5  # a clear change: the selection is far from any tie
+        out.append((x, y))
+    return out
+
+
+def test_fit_many_equals_separate_fits_across_shapes():
+    pairs = _pairs(4) + _pairs(2, n=40, d=5, seed=1)  # two shape groups
+    sel = CVAggregation(seed=3, **QUICK)
+    many = sel.fit_many(pairs)
+    assert len(many) == len(pairs)
+    for (x, y), got in zip(pairs, many, strict=True):
+        want = sel.fit(x, y)
+        assert got.selected == want.selected and got.candidates == want.candidates
+        assert abs(got.p_value - want.p_value) <= 1e-6
+        np.testing.assert_allclose(got.scores, want.scores, atol=1e-4)
+        np.testing.assert_allclose(got.lambdas, want.lambdas, rtol=1e-6)
+
+
+def test_small_batches_give_the_same_results():
+    pairs = _pairs(3, seed=2)
+    sel = CVAggregation(seed=0, **QUICK)
+    one_batch = sel.fit_many(pairs)
+    tiny = sel.fit_many(pairs, max_batch_bytes=1)  # one data set per training batch
+    for a, b in zip(one_batch, tiny, strict=True):
+        assert a.selected == b.selected and abs(a.p_value - b.p_value) <= 1e-6
+
+
+def test_bad_pair_raises_or_is_returned():
+    pairs = _pairs(2)
+    bad = (np.full((50, 6), np.nan), np.zeros((50, 6)))
+    sel = CVAggregation(seed=0, **QUICK)
+    with pytest.raises(NonFiniteInputError):
+        sel.fit_many([pairs[0], bad])
+    out = sel.fit_many([pairs[0], bad, pairs[1]], errors="return")
+    assert isinstance(out[1], NonFiniteInputError)
+    assert out[0].selected == sel.fit(*pairs[0]).selected
+    assert out[2].selected == sel.fit(*pairs[1]).selected
+
+
+def test_concat_keeps_each_data_sets_length_scales():
+    rng = np.random.default_rng(0)
+    parts = []
+    for scale in (1.0, 3.0):
+        x = torch.as_tensor(rng.normal(size=(2, 9, 4)) * scale)
+        y = torch.as_tensor(rng.normal(size=(2, 8, 4)) * scale)
+        parts.append(ProblemSet.build(x, y, torch.full((4,), scale, dtype=torch.float64)))
+    both = ProblemSet.concat(parts)
+    w = torch.rand(4, 3, 4, dtype=torch.float64)
+    want = torch.cat([parts[0].ratio(w[:2]), parts[1].ratio(w[2:])])
+    torch.testing.assert_close(both.ratio(w), want)
+    torch.testing.assert_close(both.sets(slice(2, 4)).ratio(w[2:]), want[2:])
