@@ -17,8 +17,9 @@ the p-value ranks the observed T among T of permuted labels, ``(1 + #{T_b >= T_o
 (B + 1)``, exactly valid whenever the rows are exchangeable under the null (whole blocks
 with ``block_size``), for any data distribution.
 
-The engine reports ``min(1, 2 min(p_split, p_moments))`` (Bonferroni over the two valid
-p-values, so still exactly valid); ``python -m bench.synthetic`` measures both parts.
+The engine reports ``min(1, p_split / w, p_moments / (1 - w))``, a weighted Bonferroni
+combination of the two valid p-values (still exactly valid), with ``split_weight`` w =
+0.25 by default; ``python -m bench.synthetic`` measures it.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ because the kernel does not depend on the validation data. CVAggregation combine
 K cross-fitted split p-values by ``min(1, (K/k) p_(k))`` with k = ceil(K/2), i.e. twice
 the lower median, which is valid under any dependence between them. With exchangeable
 rows that split p-value is combined with a full-sample permutation test of per-variable
-moments (engine/moment_test.py) as ``min(1, 2 min(p_split, p_moments))``: still exactly
+moments (engine/moment_test.py) as ``min(1, p_split / w, p_moments / (1 - w))`` (weighted
+Bonferroni, w = ``split_weight``, 0.25 by default): still exactly
 valid, and far more powerful for changes of one variable's spread or shape.
 
 ``selected`` is filled only when ``p_value < alpha``; ``candidates`` always holds what the
@@ -108,9 +109,10 @@ class _Selector:
         optimiser: str | OptimiserConfig = "fast",
         n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
-        gate_test: str = "mmd", starts: str = "ones+moments",
+        gate_test: str = "mmd", starts: str = "ones+moments", split_weight: float = 0.25,
     ) -> None:
         self.gate_test = gate_test
+        self.split_weight = float(split_weight)
         self.starts = starts
         self.seed = int(seed)
         self.device = device
@@ -153,6 +155,9 @@ class _Selector:
             raise InvalidParameterError("n_permutations, p_value_permutations and n_projections must be >= 1")
         if self.block_size is not None and (int(self.block_size) != self.block_size or self.block_size < 1):
             raise InvalidParameterError(f"block_size must be a positive integer or None, got {self.block_size!r}")
+        if not 0 < self.split_weight < 1:
+            raise InvalidParameterError(
+                f"split_weight must be in (0, 1), got {self.split_weight} (0.25: the default)")
         if self.starts not in STARTS:
             raise InvalidParameterError(f"starts must be one of {STARTS}, got {self.starts!r}")
         if self.gate_test not in GATE_TESTS:
@@ -170,10 +175,11 @@ class _Selector:
     def _p_value(self, prep: F.Prepared, split_p: np.ndarray) -> tuple[float, dict[str, float]]:
         """The reported p-value and its parts.
 
-        Rows exchangeable: ``min(1, 2 min(p_split, p_moments))``, Bonferroni over two
-        exactly valid p-values: twice the lower median of the split p-values (learned
-        kernels, validation halves; sees joint changes) and the full-sample permutation
-        test of per-variable moments (:mod:`engine.moment_test`; sees changes of one
+        Rows exchangeable: ``min(1, p_split / w, p_moments / (1 - w))`` with w =
+        ``split_weight``, a weighted Bonferroni combination (valid for any weights fixed
+        in advance) of two exactly valid p-values: twice the lower median of the split
+        p-values (learned kernels, validation halves; sees joint changes) and the
+        full-sample permutation test of per-variable moments (:mod:`engine.moment_test`; sees changes of one
         variable's mean, spread or shape with all the rows). Whole blocks (block_size): a
         full-sample block permutation test, because a validation half has too few blocks
         to ever reach alpha (see engine/block_test.py).
@@ -181,7 +187,8 @@ class _Selector:
         if self.block_size is None:
             p_split = combine_split_pvalues(split_p)
             p_moments = self._moment_pvalue(prep)
-            p = min(1.0, 2 * min(p_split, p_moments))
+            w = self.split_weight
+            p = min(1.0, p_split / w, p_moments / (1 - w))
             return p, {"split": p_split, "moments": p_moments}
         from engine.block_test import block_permutation_pvalue
 

@@ -49,9 +49,13 @@ def test_selectors_use_the_block_test_only_with_blocks() -> None:
     rng = np.random.default_rng(3)
     prep = _prep(_days(7, 4, rng), _days(7, 4, rng))
     sel = _Selector(block_size=None)
-    assert sel._p_value(prep, np.array([0.01, 0.02, 0.5, 0.6])) == pytest.approx(0.04)
+    p, parts = sel._p_value(prep, np.array([0.01, 0.02, 0.5, 0.6]))
+    # rows: twice the lower median of the splits, weighted-Bonferroni with the moments
+    assert parts["split"] == pytest.approx(0.04) and set(parts) == {"split", "moments"}
+    assert p == pytest.approx(min(1.0, parts["split"] / 0.25, parts["moments"] / 0.75))
     blocked = _Selector(block_size=24, p_value_permutations=199)
-    assert blocked._p_value(prep, np.array([0.0])) == block_permutation_pvalue(prep, 24, 199, 0)
+    p, parts = blocked._p_value(prep, np.array([0.0]))
+    assert p == block_permutation_pvalue(prep, 24, 199, 0) and parts == {"block": p}
 
 
 @pytest.mark.slow
