@@ -198,12 +198,39 @@ class Inspector:
             generator=Generator(version=_version()),
         )
 
+    def run_many(self, times: Sequence[datetime], read_window: ReadWindow) -> list[Outcome]:
+        """Inspect at each of ``times`` (engine rule): the same outcomes as :meth:`run` at
+        each time, but the engine fits of all times whose windows could be built go to the
+        selector's ``fit_many`` together (CVAggregation: one batch per shape, see
+        engine/selectors.py). The calibrated rule, whose p-value needs the history of the
+        times before, and selectors without ``fit_many`` run one time after the other."""
+        from monitor.windows import WindowError
+
+        try:
+            fit_many = getattr(self.engine.make_selector(), "fit_many", None)
+        except Exception:  # noqa: BLE001 - bad engine settings: run() records the error
+            fit_many = None
+        if self.calibrated or fit_many is None or len(times) < 2:
+            return [self.run(t, read_window) for t in times]
+        windows: dict[datetime, Windows] = {}
+        for t in times:
+            try:
+                windows[t] = self._windows(t, read_window)
+            except WindowError:
+                pass  # run() below reads the window again and records the error
+        fits = fit_many([(w.before, w.after) for w in windows.values()], errors="return")
+        prefit = dict(zip(windows, zip(windows.values(), fits, strict=True), strict=True))
+        return [self.run(t, read_window, prefit=prefit.get(t)) for t in times]
+
     def run(self, t: datetime, read_window: ReadWindow,
-            history: npt.ArrayLike | None = None) -> Outcome:
+            history: npt.ArrayLike | None = None,
+            prefit: tuple[Windows, Selection | Exception] | None = None) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
 
         ``history``: past values of the detection statistic of this site (calibrated rule
         only; shape (n,)), from inspections whose after window ended by ``t``.
+        ``prefit``: the windows at ``t`` and the engine's fit of them (or its error), when
+        :meth:`run_many` fitted several times together (engine rule).
         """
         from connectors.base import ConnectorError
         from monitor.detection import DetectionError
@@ -213,11 +240,11 @@ class Inspector:
         result = self._base(t)
         windows = None
         try:
-            windows = self._windows(t, read_window)
+            windows = prefit[0] if prefit is not None else self._windows(t, read_window)
             if self.calibrated:
                 self._decide_calibrated(result, windows, history)
             else:
-                self._fill(result, windows)
+                self._fill(result, windows, None if prefit is None else prefit[1])
         except (WindowError, DetectionError) as exc:
             self._fail(result, str(exc))
         except ConnectorError:
@@ -290,9 +317,13 @@ class Inspector:
         # selected sensors listed by rank
         result.selected_sensors = [s.sensor_id for s in rows if s.selected]
 
-    def _fill(self, result: InspectionResult, w: Windows) -> None:
-        selector = self.engine.make_selector()
-        sel = selector.fit(w.before, w.after)
+    def _fill(self, result: InspectionResult, w: Windows,
+              fitted: Selection | Exception | None = None) -> None:
+        """The engine rule: fit the windows (or take ``fitted``, raising it when it is the
+        fit's error) and decide on its p-value."""
+        if isinstance(fitted, Exception):
+            raise fitted
+        sel = fitted if fitted is not None else self.engine.make_selector().fit(w.before, w.after)
         labels = [str(x) for x in sel.labels]
         # The engine's candidates, not its `selected` (empty when p >= alpha): the result
         # contract names the rule's picks on ok results too (docs/result.md).
