@@ -44,11 +44,15 @@ class Reading:
     """One sensor value.
 
     ``time`` is epoch seconds, UTC (float: cheap to store and compare at 20k readings/s).
+    ``site``: the site the source says the reading belongs to (an MQTT topic level
+    ``{site}``), None when the source does not say (the agent then goes by the sites'
+    sensor lists).
     """
 
     sensor: str
     time: float
     value: float
+    site: str | None = None
 
 
 #: Called by a stream source with a batch of accepted readings. It returns only after the

@@ -7,7 +7,13 @@ windows from ONE :class:`~connectors.base.WindowSource`, ``windows``: the source
 * the source's own (a stream source calls :meth:`Agent.deliver` with batches, which are
   committed to the store before the call returns);
 * one APScheduler job, ``tick``, every ``schedule.poll``: it runs every due inspection,
-  oldest first, one at a time (a lock: no overlapping runs);
+  oldest first within each site (a lock: no overlapping ticks). One site's inspections run
+  one at a time, in this thread; with several sites (``sites:``), the due inspections of
+  different sites run concurrently on the executor (``executor.workers``, a process pool
+  or Dask: :mod:`monitor.executors`), each as a :class:`monitor.jobs.InspectionJob`. The
+  ledger, history, incident and outbox are written here, in ONE transaction per result,
+  only once it came back: a lost worker means the inspection runs again, with the same
+  fingerprint;
 * one delivery worker per sink (:mod:`monitor.delivery`);
 * one report worker, so drawing figures never delays delivery.
 """
@@ -17,21 +23,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import pandas as pd
 
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
 from monitor.inspection import Inspector, Outcome
 from monitor.metrics import Metrics
-from monitor.schedule import InspectionPlan
+from monitor.sites import SiteRouter, SiteRunner
 from monitor.state import AgentState
 from monitor.store import ReadingStore
-from monitor.timeutil import format_duration, iso
-from monitor.tracker import SiteTracker, history_times
+from monitor.timeutil import iso
+from monitor.tracker import SiteTracker
 
 log = logging.getLogger(__name__)
 
@@ -39,37 +44,42 @@ Reporter = Callable[[Outcome], Any]
 
 
 class Agent:
-    """``windows`` answers every window query and the data clock; ``stream`` (a stream
-    source) pushes readings into ``store``, the reading store that ``windows`` then is.
-    Both are None for a window source. :func:`monitor.compose.build_windows` picks them."""
+    """``sites`` are the site runners (one for a single-site config); each reads its
+    windows from its own :class:`~connectors.base.WindowSource`. ``stream`` (a stream
+    source) pushes readings into ``store``, the reading store those windows read; both are
+    None for a window source. ``router`` assigns a stream's readings to sites (None: one
+    site, readings stored as they come). ``executor`` builds the executor the inspections
+    of different sites run on (None: here, one at a time). :mod:`monitor.compose` builds
+    all of them."""
 
-    def __init__(self, *, windows: WindowSource, stream: StreamSource | None = None,
-                 store: ReadingStore | None = None, state: AgentState, inspector: Inspector,
-                 plan: InspectionPlan, dispatcher: Dispatcher, metrics: Metrics,
-                 clock: str = "wall", poll: timedelta = timedelta(seconds=5),
-                 start: datetime | None = None, retention: timedelta = timedelta(days=15),
+    def __init__(self, *, sites: Sequence[SiteRunner], stream: StreamSource | None = None,
+                 store: ReadingStore | None = None, state: AgentState,
+                 dispatcher: Dispatcher, metrics: Metrics,
+                 poll: timedelta = timedelta(seconds=5),
+                 retention: timedelta = timedelta(days=15),
                  reporter: Reporter | None = None,
                  closers: Sequence[Callable[[], Any]] = (),
-                 services: Sequence[Any] = (), tracker: SiteTracker | None = None) -> None:
+                 services: Sequence[Any] = (), router: SiteRouter | None = None,
+                 executor: Callable[[], Executor] | None = None, workers: int = 1) -> None:
         if (stream is None) != (store is None):
             raise ValueError("a stream source needs the store it fills, and only it does")
-        self.windows = windows
+        if not sites:
+            raise ValueError("an agent needs at least one site")
+        self.sites = list(sites)
         self.stream = stream
         self.store = store
         self.state = state
-        self.inspector = inspector
-        self.plan = plan
         self.dispatcher = dispatcher
         self.metrics = metrics
-        self.clock = clock
         self.poll = poll
-        self.start_time = start
         self.retention = retention
         self.reporter = reporter
+        self.router = router
+        self.workers = max(1, workers)
+        self._executor_factory = executor
+        self._executor: Executor | None = None
         self._closers = list(closers)
         self._services = list(services)  # objects with start()/stop(), e.g. the health server
-        self.tracker = tracker  # calibration history + open incident (None: engine rule)
-        self._history_ready = tracker is None
         self._tick_lock = threading.Lock()
         self._stopping = threading.Event()
         self._scheduler: Any = None
@@ -77,91 +87,74 @@ class Agent:
         self._report_futures: list[Future[Any]] = []
         self._last_prune = 0.0
         self._started = False
-        # backoff while the source cannot be read (e.g. influxd down): see tick()
-        self._source_retry_at = 0.0
-        self._source_backoff = max(1.0, self.poll.total_seconds())
+        self._next_site = 0  # round robin over sites when workers are scarce
+        for site in self.sites:
+            site.backoff = max(1.0, self.poll.total_seconds())
+
+    # -- the single-site view (a config with `site:`) ------------------------------------------
+    @property
+    def windows(self) -> WindowSource:
+        return self.sites[0].windows
+
+    @property
+    def inspector(self) -> Inspector:
+        return self.sites[0].inspector
+
+    @property
+    def tracker(self) -> SiteTracker | None:
+        return self.sites[0].tracker
+
+    def read_window(self, start: datetime, end: datetime) -> Any:
+        return self.sites[0].read_window(start, end)
+
+    def watermark(self) -> datetime | None:
+        return self.sites[0].watermark()
+
+    def clock_now(self) -> datetime | None:
+        return self.sites[0].clock_now()
+
+    def anchor(self) -> datetime | None:
+        return self.sites[0].anchor()
+
+    def run_inspection(self, t: datetime) -> dict[str, Any]:
+        """Run the (first) site's inspection at ``t`` here and record it."""
+        site = self.sites[0]
+        outcome = site.run(t)
+        return self._finish(site, t, outcome)
 
     # -- readings -----------------------------------------------------------------------------
     def deliver(self, batch: Sequence[Reading]) -> None:
-        """Commit a batch from the source; returns only once it is in the store."""
+        """Commit a batch from the source; returns only once it is in the store. With
+        sites, each reading is first given to its site (unknown ones are dropped and
+        counted: bad data never stops the agent)."""
         assert self.store is not None
+        if self.router is not None:
+            batch = self.router.route(batch)
         self.store.add(batch)
-
-    def read_window(self, start: datetime, end: datetime) -> pd.DataFrame:
-        spec = self.inspector.spec
-        return self.windows.read_window(pd.Timestamp(start), pd.Timestamp(end),
-                                        resample=format_duration(spec.resample),
-                                        aggregate=spec.aggregate)
-
-    # -- clocks -------------------------------------------------------------------------------
-    def watermark(self) -> datetime | None:
-        wm = self.windows.watermark()
-        return None if wm is None else wm.to_pydatetime().astimezone(UTC)
 
     def source_finished(self) -> bool:
         return self.stream is not None and self.stream.finished()
 
-    def clock_now(self) -> datetime | None:
-        """The time inspections are due against (see :mod:`monitor.schedule`)."""
-        if self.clock == "wall":
-            return datetime.now(UTC)
-        wm = self.watermark()
-        if wm is not None and self.source_finished():
-            # a finished replay: its last bin is as complete as it will ever be
-            wm += self.inspector.spec.resample
-        return wm
-
-    def anchor(self) -> datetime | None:
-        """Earliest inspection time, fixed on first start and kept in the ledger."""
-        saved = self.state.get_meta("anchor")
-        if saved is not None:
-            return datetime.fromtimestamp(float(saved), UTC)
-        spec = self.inspector.spec
-        if self.start_time is not None:
-            anchor = self.start_time
-        elif self.windows.inspect_from_oldest:  # the store a stream fills: all of it
-            first = self.windows.first_time()
-            if first is None:
-                return None  # no data yet
-            anchor = first.to_pydatetime().astimezone(UTC) + spec.before
-        else:  # a database: from the newest complete inspection on
-            now = self.clock_now()
-            if now is None:
-                return None
-            anchor = now - spec.after  # the latest complete inspection runs at once
-        self.state.set_meta("anchor", repr(anchor.timestamp()))
-        log.info("first inspection time: on or after %s", iso(anchor))
-        return anchor
-
+    # -- schedule -----------------------------------------------------------------------------
     def due(self, limit: int = 10_000) -> list[datetime]:
-        """Inspection times not yet done whose after window is complete, oldest first."""
-        anchor = self.anchor()
-        now = self.clock_now()
-        if anchor is None or now is None:
-            return []
-        last = self.state.last_done()
-        after = self.inspector.spec.after
-        if last is None:
-            times = self.plan.times(anchor)
-        else:
-            times = self.plan.times(max(anchor, datetime.fromtimestamp(last, UTC)),
-                                    inclusive=False)
+        """Inspection times not yet done whose after window is complete, oldest first (of
+        every site: a time appears once per site due at it)."""
+        if len(self.sites) == 1:
+            return self.sites[0].due(limit)
         out: list[datetime] = []
-        for t in times:
-            if t + after > now or len(out) >= limit:
-                break
-            if not self.state.is_done(t.timestamp()):
-                out.append(t)
-        return out
+        for site in self.sites:
+            out += site.due(limit)
+        return sorted(out)[:limit]
+
+    def _any_due(self) -> bool:
+        return any(site.due(limit=1) for site in self.sites)
 
     # -- inspections --------------------------------------------------------------------------
     def tick(self) -> int:
-        """Run every due inspection, oldest first; return how many ran."""
+        """Run every due inspection of every site, oldest first within a site; return how
+        many ran."""
         if not self._tick_lock.acquire(blocking=False):
             return 0  # one already running: no overlapping runs
-        if time.monotonic() < self._source_retry_at:
-            self._tick_lock.release()
-            return 0  # the source was unreachable: wait out the backoff
         ran = 0
         try:
             health = self.stream.health() if self.stream is not None else {}
@@ -169,86 +162,190 @@ class Agent:
                 self.metrics.set_source_connected(bool(health["connected"]))
             if "rejected" in health:
                 self.metrics.set_source_rejected(health["rejected"])
-            while not self._stopping.is_set():
-                pending = self.due(limit=1)
-                if not pending:
-                    break
-                self.run_inspection(pending[0])
-                ran += 1
-                self._source_backoff = max(1.0, self.poll.total_seconds())
-                if self.metrics.source_connected is False and self.stream is None:
-                    self.metrics.set_source_connected(True)
+            if self._executor_factory is None:
+                ran = self._run_here()
+            else:
+                ran = self._run_on_executor()
             self._maybe_prune()
-        except ConnectorError as exc:
-            # Not an inspection result: nothing is recorded, the due inspection runs once
-            # the source answers again (exponential backoff up to 5 min).
-            delay = self._source_backoff
-            self._source_retry_at = time.monotonic() + delay
-            self._source_backoff = min(delay * 2, 300.0)
-            self.metrics.set_source_connected(False)
-            log.warning("source unavailable, inspections wait (%s); retrying in %.0f s",
-                        exc, delay)
         except Exception:  # the daemon outlives any bug in one tick
             log.exception("scheduled tick failed; will retry at the next one")
         finally:
             self._tick_lock.release()
         return ran
 
-    def _prepare_history(self, first: datetime) -> None:
-        """Load the calibration history and the open incident from the state database; on
-        a first start, compute the history from what the source already holds (an
-        InfluxDB with two weeks of data calibrates the first inspection)."""
-        assert self.tracker is not None
-        span = self.inspector.decision.calibration.history
-        rows = self.state.history((first - span).timestamp())
-        if not rows and self.state.last_done() is None and self.inspector.calibrated:
-            times = history_times(self.inspector, first)
-            added = self.tracker.backfill(times, self.read_window)
-            rows = [(th.timestamp(), v) for th, v in sorted(self.tracker.history.items())]
-            if added:
-                self.state.add_history(rows)
-                log.info("calibration: %d past inspection times computed from the source", added)
-        self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
-        saved = self.state.open_incident()
-        if saved is not None:
-            from monitor.incidents import Incident
+    def _waiting(self, site: SiteRunner) -> bool:
+        """The site's source was unreachable and its backoff has not passed."""
+        return time.monotonic() < site.retry_at
 
-            self.tracker.incident = Incident.from_dict(saved)
-        self._history_ready = True
+    def _source_failed(self, site: SiteRunner, exc: ConnectorError) -> None:
+        """Not an inspection result: nothing is recorded, the site's due inspection runs
+        once the source answers again (exponential backoff up to 5 min)."""
+        delay = site.backoff
+        site.retry_at = time.monotonic() + delay
+        site.backoff = min(delay * 2, 300.0)
+        self.metrics.set_source_connected(False)
+        where = "" if len(self.sites) == 1 else f" for site {site.name}"
+        log.warning("source unavailable, inspections%s wait (%s); retrying in %.0f s",
+                    where, exc, delay)
 
-    def run_inspection(self, t: datetime) -> dict[str, Any]:
-        if self.tracker is None:
-            outcome = self.inspector.run(t, self.read_window)
-            result = outcome.result
-            self.state.commit_inspection(t.timestamp(), result)
-        else:
-            if not self._history_ready:
-                self._prepare_history(t)
-            history = self.tracker.history_at(t) if self.inspector.calibrated else None
-            outcome = self.inspector.run(t, self.read_window, history)
-            result = outcome.result
-            kept, event = self.tracker.observe(result)
-            incident = self.tracker.incident
-            # outbox + ledger + history + incident first (one transaction), then sinks
-            self.state.commit_inspection(t.timestamp(), result, statistic=kept,
-                                         incident=None if incident is None
-                                         else incident.to_dict())
-            if event is not None:
-                log.warning("incident %s %s: %s", result["incident"]["id"], event,
-                            ", ".join(result["incident"]["sensors"]))
+    def _source_ok(self, site: SiteRunner) -> None:
+        site.backoff = max(1.0, self.poll.total_seconds())
+        if self.metrics.source_connected is False and self.stream is None:
+            self.metrics.set_source_connected(True)
+
+    def _run_here(self) -> int:
+        """Every due inspection, in this thread, one at a time: each site's oldest first,
+        the sites taking turns."""
+        ran = 0
+        progress = True
+        while progress and not self._stopping.is_set():
+            progress = False
+            for site in self.sites:
+                if self._stopping.is_set():
+                    break
+                if self._waiting(site):
+                    continue
+                try:
+                    pending = site.due(limit=1)
+                    if not pending:
+                        continue
+                    t = pending[0]
+                    outcome = site.run(t)
+                except ConnectorError as exc:
+                    self._source_failed(site, exc)
+                    continue
+                self._finish(site, t, outcome)
+                self._source_ok(site)
+                ran += 1
+                progress = True
+        return ran
+
+    def _executor_now(self) -> Executor:
+        if self._executor is None:
+            assert self._executor_factory is not None
+            self._executor = self._executor_factory()
+        return self._executor
+
+    def _close_executor(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+            else:
+                executor.shutdown(wait=True, cancel_futures=True)
+        except Exception:
+            log.exception("closing the executor failed")
+
+    def _submit(self, busy: set[int]) -> tuple[SiteRunner, datetime, Any, Future[Any]] | None:
+        """The next site (round robin) that is free and has a due inspection: its job,
+        submitted. None when no site has one."""
+        from monitor.jobs import run_job
+
+        n = len(self.sites)
+        for k in range(n):
+            i = (self._next_site + k) % n
+            site = self.sites[i]
+            if i in busy or self._waiting(site):
+                continue
+            try:
+                pending = site.due(limit=1)
+                if not pending:
+                    continue
+                t = pending[0]
+                job = site.job(t)  # reads the windows here for the agent's store
+            except ConnectorError as exc:
+                self._source_failed(site, exc)
+                continue
+            except Exception:  # one site's trouble never holds the others back
+                log.exception("site %s: preparing its inspection failed; retrying in %.0f s",
+                              site.name, site.backoff)
+                site.retry_at = time.monotonic() + site.backoff
+                continue
+            self._next_site = (i + 1) % n
+            busy.add(i)
+            return site, t, job, self._executor_now().submit(run_job, job)
+        return None
+
+    def _run_on_executor(self) -> int:
+        """The due inspections of different sites concurrently on the executor, at most
+        ``workers`` at a time and one per site (a site's history and incident advance in
+        time order); each result is recorded here as it comes back."""
+        ran = 0
+        in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
+        busy: set[int] = set()
+        while True:
+            while len(in_flight) < self.workers and not self._stopping.is_set():
+                submitted = self._submit(busy)
+                if submitted is None:
+                    break
+                site, t, job, future = submitted
+                in_flight[future] = (self.sites.index(site), site, t, job)
+            if not in_flight:
+                return ran
+            done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            for future in done:
+                i, site, t, job = in_flight.pop(future)
+                busy.discard(i)
+                try:
+                    result = future.result()
+                except ConnectorError as exc:  # a worker could not read the source
+                    self._source_failed(site, exc)
+                    continue
+                except BrokenProcessPool as exc:
+                    # a pool process died: nothing was recorded, the inspection runs again
+                    # (same fingerprint) on a fresh pool
+                    log.error("executor lost a worker process (%s); site %s at %s runs "
+                              "again", exc, site.name, iso(t))
+                    self._close_executor()
+                    continue
+                except Exception as exc:  # noqa: BLE001 - the daemon outlives the executor
+                    log.error("inspection of site %s at %s did not come back from the "
+                              "executor (%s: %s); it runs again at the next tick",
+                              site.name, iso(t), type(exc).__name__, exc)
+                    site.retry_at = time.monotonic() + site.backoff
+                    continue
+                self._finish(site, t, Outcome(result), job)
+                self._source_ok(site)
+                ran += 1
+
+    def _finish(self, site: SiteRunner, t: datetime, outcome: Outcome,
+                job: Any = None) -> dict[str, Any]:
+        """Record one result (ledger + outbox + history + incident, one transaction), then
+        hand it to the sinks, the metrics, the log and the report worker."""
+        result = outcome.result
+        event = site.commit(t, result)
+        if event is not None:
+            log.warning("incident %s %s: %s", result["incident"]["id"], event,
+                        ", ".join(result["incident"]["sensors"]))
         self.dispatcher.notify()
         self.metrics.inspection(result["status"], result["generator"]["runtime_s"],
                                 result.get("error"))
         level = logging.WARNING if result["status"] == "error" else logging.INFO
-        log.log(level, "%s", result["summary"])
+        if site.site is None:
+            log.log(level, "%s", result["summary"])
+        else:
+            log.log(level, "site %s: %s", site.site, result["summary"])
         if self.reporter is not None and self._reports is not None:
             self._report_futures = [f for f in self._report_futures if not f.done()]
-            self._report_futures.append(self._reports.submit(self._report, outcome))
+            self._report_futures.append(self._reports.submit(self._report, outcome, site,
+                                                             job))
         return result
 
-    def _report(self, outcome: Outcome) -> None:
+    def _report(self, outcome: Outcome, site: SiteRunner | None = None,
+                job: Any = None) -> None:
         try:
             assert self.reporter is not None
+            if outcome.windows is None and job is not None and site is not None \
+                    and job.frame is not None and outcome.result.get("status") != "error":
+                # ran on a worker: the figures' windows again from the frame it was sent
+                from monitor.windows import build_windows
+
+                _, t_utc, _ = site.inspector.spec.bounds(job.inspection_time)
+                outcome = Outcome(outcome.result,
+                                  build_windows(job.frame, t_utc, site.inspector.spec))
             self.reporter(outcome)
         except Exception:  # a report never stops the agent
             log.exception("report for %s failed", outcome.result.get("inspection_time"))
@@ -257,22 +354,33 @@ class Agent:
         if time.monotonic() - self._last_prune < 60:
             return
         self._last_prune = time.monotonic()
-        last = self.state.last_done()
-        if last is not None and self.inspector.calibrated:  # history older than its span
-            span = self.inspector.decision.calibration.history + timedelta(days=1)
-            self.state.prune_history(last - span.total_seconds())
+        for site in self.sites:
+            last = site.state.last_done()
+            if last is not None:  # history older than its span
+                site.prune_history(last)
         if self.store is None:
             return
-        wm = self.store.last_time_s()
-        if wm is None:
+        if self.router is None or not self.router.qualify:
+            self._prune(self.sites, self.store.last_time_s(), None)
             return
-        horizon = wm - self.retention.total_seconds()
-        pending = self.due(limit=1)  # never drop what a pending inspection still needs
-        if pending:
-            horizon = min(horizon, (pending[0] - self.inspector.spec.before).timestamp())
-        removed = self.store.prune(horizon)
+        for site in self.sites:  # each site's readings behind its own newest
+            wm = site.windows.watermark()
+            if wm is not None:
+                self._prune([site], wm.timestamp(), site.site)
+
+    def _prune(self, sites: list[SiteRunner], newest: float | None, key: str | None) -> None:
+        assert self.store is not None
+        if newest is None:
+            return
+        horizon = newest - self.retention.total_seconds()
+        for site in sites:  # never drop what a pending inspection still needs
+            pending = site.due(limit=1)
+            if pending:
+                horizon = min(horizon, (pending[0] - site.inspector.spec.before).timestamp())
+        removed = self.store.prune(horizon, site=key)
         if removed:
-            log.info("store: dropped %d readings older than %s", removed,
+            log.info("store: dropped %d readings%s older than %s", removed,
+                     "" if key is None else f" of site {key}",
                      iso(datetime.fromtimestamp(horizon, UTC)))
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -295,14 +403,17 @@ class Agent:
                                 next_run_time=datetime.now(UTC), misfire_grace_time=None)
         self._scheduler.start()
         self._started = True
-        log.info("agent started (clock: %s, windows from %s)", self.clock,
-                 "the reading store" if self.stream is not None else "the source")
+        clocks = sorted({site.clock for site in self.sites})
+        log.info("agent started (clock: %s, windows from %s%s)", ", ".join(clocks),
+                 "the reading store" if self.stream is not None else "the source",
+                 "" if len(self.sites) == 1 else f"; {len(self.sites)} sites, up to "
+                 f"{self.workers} inspections at a time")
 
     def idle(self) -> bool:
         """Nothing left to do right now: replay finished, nothing due, outbox empty."""
         if self.stream is not None and not self.stream.finished():
             return False
-        if self._tick_lock.locked() or self.due(limit=1):
+        if self._tick_lock.locked() or self._any_due():
             return False
         if any(not f.done() for f in self._report_futures):
             return False
@@ -330,8 +441,8 @@ class Agent:
             self.stop()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Graceful stop: the running inspection finishes, readings already received are
-        committed, queued results stay in the outbox for the next start."""
+        """Graceful stop: the running inspections finish and are recorded, readings already
+        received are committed, queued results stay in the outbox for the next start."""
         if self._stopping.is_set():
             return
         self._stopping.set()
@@ -343,6 +454,7 @@ class Agent:
                 log.exception("source stop failed")
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=True)
+        self._close_executor()
         if self._started:
             self.dispatcher.drain(timeout=min(timeout, 3.0))
             self.dispatcher.stop(timeout=timeout)

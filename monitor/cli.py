@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", required=True, metavar="T")
     p.add_argument("--every", required=True, metavar="DUR", help="e.g. 1d, 12h")
     p.add_argument("--out", type=Path, metavar="FILE", help="JSON lines here, not stdout")
+    p.add_argument("--cluster", metavar="ADDRESS|local[:N]",
+                   help="spread the inspections over workers: local[:N] (a process pool), "
+                   "dask[:N] (a Dask LocalCluster), or a Dask scheduler address "
+                   "(tcp://host:8786); same results, in time order")
     _add_inspection_options(p)
 
     p = sub.add_parser("check-config", help="validate a config; exit 2 if anything is wrong")
@@ -123,9 +127,12 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
     from monitor.config import load_config, validate_config
 
     config = None
+    entry = None
     if args.config is not None:
         config = load_config(args.config)
-        raw = config.model_dump(mode="json", exclude={"source", "sinks"})
+        entry = _pick_site(config, args)
+        view = config if entry is None else config.for_site(entry)
+        raw = view.model_dump(mode="json", exclude={"source", "sinks", "sites"})
         raw["source"] = config.source.model_dump(mode="json")  # secrets masked: see below
         raw["sinks"] = []
     else:
@@ -160,7 +167,25 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
     merged = validate_config(raw, origin=str(args.config or "command line"))
     if config is not None:  # the connectors as loaded, secrets intact
         merged = merged.model_copy(update={"source": config.source, "sinks": config.sinks})
+    if entry is not None:  # which readings are the site's (compose.build_windows)
+        merged = merged.model_copy(update={"sites": [entry]})
     return merged
+
+
+def _pick_site(config: Any, args: argparse.Namespace) -> Any:
+    """The ``sites:`` entry a one-shot command inspects (``--site``; the only one when the
+    config has one), None for a single-site config."""
+    if not config.sites:
+        return None
+    ids = [site.id for site in config.sites]
+    wanted = args.site or (ids[0] if len(ids) == 1 else None)
+    if wanted is None:
+        raise BadInput(f"{args.config} has {len(ids)} sites; pick one with --site "
+                       f"({', '.join(ids)})")
+    for site in config.sites:
+        if site.id == wanted:
+            return site
+    raise BadInput(f"--site {wanted!r} is not in {args.config}; its sites: {', '.join(ids)}")
 
 
 def _site_from_path(path: Path) -> str:
@@ -178,7 +203,8 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
     from monitor.compose import build_windows
     from monitor.timeutil import format_duration
 
-    windows = build_windows(config, one_shot=True).windows
+    windows = build_windows(config, one_shot=True,
+                            site=config.sites[0] if config.sites else None).windows
     try:
         windows.watermark()  # fail fast (exit 2) on a missing or unreadable source
     except BaseException:
@@ -312,37 +338,40 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if end < start or every.total_seconds() <= 0:
         raise BadInput("--end must not be before --start, and --every must be positive")
     _check_publish(args)
-    config = _one_shot_config(args)
+    cluster = _cluster_config(args.cluster) if args.cluster else None
+    configs = [_one_shot_config(a) for a in _backfill_site_args(args)]  # one per site
+    config = configs[0]
     _check_publish(args, config)
-    inspector = build_inspector(config)
-    read, close = _window_reader(config)
+    inspectors = [build_inspector(c) for c in configs]
+    readers: list[tuple[Any, Any]] = []  # (read_window, close) per site
     publisher = None
-    results = []
+    executor: Any = None
+    results: list[dict[str, Any]] = []
     out = sys.stdout
     try:
+        for c in configs:
+            readers.append(_window_reader(c))
+        if cluster is not None:
+            from monitor.executors import ExecutorUnavailable, build_executor
+
+            try:
+                executor = build_executor(cluster)
+            except ExecutorUnavailable as exc:
+                raise BadInput(f"--cluster: {exc}") from None
+        elif len(configs) > 1:  # several sites, here: one after the other, in time order
+            from monitor.executors import InlineExecutor
+
+            executor = InlineExecutor()
         publisher = _publisher(args, config)
         times = InspectionPlan(every=every, start=start).between(start, end)
-        # the calibrated rule: the history and the incidents move on with each result
-        tracker = _tracker(config, inspector, read, times[0]) \
-            if inspector.calibrated and times else None
         out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
-        from tqdm import tqdm
-
-        with tqdm(times, desc="backfill", unit="insp", file=sys.stderr, disable=False,
-                  dynamic_ncols=True) as bar:
-            for t in bar:
-                if tracker is None:
-                    outcome = inspector.run(t, read)
-                else:
-                    outcome = inspector.run(t, read, tracker.history_at(t))
-                    tracker.observe(outcome.result)
-                result = outcome.result
-                out.write(json.dumps(result, allow_nan=False) + "\n")
-                out.flush()
-                if publisher is not None:
-                    publisher.publish(t.timestamp(), result)
-                bar.set_postfix_str(f"{result['inspection_time']} {result['status']}")
-                results.append(result)
+        if executor is not None:
+            sites = [_site_backfill(c, i, r[0], times)
+                     for c, i, r in zip(configs, inspectors, readers, strict=True)]
+            results = _backfill_on(executor, sites, out, publisher)
+        else:
+            results = _backfill_inline(config, inspectors[0], readers[0][0], times, out,
+                                       publisher)
     except BaseException:
         if publisher is not None:
             publisher.close()  # what was queued stays in the outbox
@@ -350,7 +379,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     finally:
         if args.out and out is not sys.stdout:
             out.close()
-        close()
+        if executor is not None:
+            executor.close()
+        for _, close in readers:
+            close()
     counts = {s: sum(r["status"] == s for r in results)
               for s in ("firing", "ok", "calibrating", "error")}
     log.warning("backfill: %d inspections (%s)", len(results),
@@ -363,6 +395,114 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         except Exception:
             log.exception("writing the backfill report failed")
     return _finish_publishing(publisher, args)
+
+
+def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], out: Any,
+                     publisher: Any) -> list[dict[str, Any]]:
+    """The backfill in this process, one inspection after the other, written in order."""
+    from tqdm import tqdm
+
+    # the calibrated rule: the history and the incidents move on with each result
+    tracker = _tracker(config, inspector, read, times[0]) \
+        if inspector.calibrated and times else None
+    results: list[dict[str, Any]] = []
+    with tqdm(times, desc="backfill", unit="insp", file=sys.stderr, disable=False,
+              dynamic_ncols=True) as bar:
+        for t in bar:
+            if tracker is None:
+                outcome = inspector.run(t, read)
+            else:
+                outcome = inspector.run(t, read, tracker.history_at(t))
+                tracker.observe(outcome.result)
+            result = outcome.result
+            out.write(json.dumps(result, allow_nan=False) + "\n")
+            out.flush()
+            if publisher is not None:
+                publisher.publish(t.timestamp(), result)
+            bar.set_postfix_str(f"{result['inspection_time']} {result['status']}")
+            results.append(result)
+    return results
+
+
+def _cluster_config(value: str) -> Any:
+    """``--cluster`` as a validated ExecutorConfig (BadInput naming the accepted forms)."""
+    from monitor.config import ConfigError, validate_executor
+    from monitor.executors import parse_cluster
+
+    try:
+        return validate_executor(parse_cluster(value), origin="--cluster")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    except ConfigError as exc:
+        raise BadInput("--cluster: " + "; ".join(exc.problems)) from None
+
+
+def _backfill_site_args(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One set of arguments per site a backfill covers: every site of a ``--config`` with
+    several ``sites`` when ``--site`` names none, else just ``args``."""
+    if args.config is None or args.site:
+        return [args]
+    from monitor.config import load_config
+
+    sites = getattr(load_config(args.config), "sites", None) or []
+    if len(sites) < 2:
+        return [args]
+    return [argparse.Namespace(**{**vars(args), "site": site.id}) for site in sites]
+
+
+def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> Any:
+    """A site's :class:`~monitor.fleet.SiteBackfill` (``config``: one site's one-shot
+    config). A database the workers can query themselves (a window source that is not a
+    stream, e.g. InfluxDB; narrowed to the site's points) is read by the workers; anything
+    else (a file, the agent's store) by this process, the frames travelling with the jobs."""
+    from connectors import registry
+    from connectors.base import StreamSource, WindowSource
+    from monitor.compose import build_incidents
+    from monitor.fleet import SiteBackfill
+    from monitor.tracker import SiteTracker
+
+    cls: Any = registry.source_class(config.source.type)
+    source = None
+    if issubclass(cls, WindowSource) and not issubclass(cls, StreamSource):
+        source = config.source
+        narrow = getattr(source, "for_site", None)
+        if config.sites and narrow is not None:
+            source = narrow(config.sites[0].id, config.sites[0].sensors)
+        elif config.sites:
+            source = None  # filtered to the site here (compose.site_source)
+    tracker = SiteTracker(inspector, build_incidents(config)) if inspector.calibrated else None
+    return SiteBackfill(inspector, times, read, source=source, tracker=tracker)
+
+
+def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any
+                 ) -> list[dict[str, Any]]:
+    """The backfill's inspections of every site on ``executor`` (``--cluster``, or several
+    sites), written in time order."""
+    from tqdm import tqdm
+
+    from monitor.fleet import backfill_history, run_backfill
+    from monitor.timeutil import parse_time
+    from monitor.tracker import history_times
+
+    for site in sites:
+        if site.tracker is not None and site.times:
+            backfill_history(site, history_times(site.inspector, site.times[0]), executor)
+    results: list[dict[str, Any]] = []
+    with tqdm(total=sum(len(s.times) for s in sites), desc="backfill", unit="insp",
+              file=sys.stderr, dynamic_ncols=True) as bar:
+
+        def emit(result: dict[str, Any]) -> None:
+            out.write(json.dumps(result, allow_nan=False) + "\n")
+            out.flush()
+            if publisher is not None:
+                publisher.publish(parse_time(result["inspection_time"]).timestamp(), result)
+            bar.set_postfix_str(f"{result['site']} {result['inspection_time']} "
+                                f"{result['status']}")
+            bar.update(1)
+            results.append(result)
+
+        run_backfill(sites, executor, emit)
+    return results
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -378,7 +518,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     sinks = ", ".join(s.type for s in config.sinks) or "none"
     sched = config.schedule
     when = f"cron {sched.cron!r}" if sched.cron else f"every {sched.model_dump()['every']}"
-    print(f"{args.config}: OK (site {config.site}, source {config.source.type}, sinks {sinks}, "
+    sites = f"site {config.site}" if not config.sites else \
+        f"{len(config.sites)} sites: {', '.join(site.id for site in config.sites)}"
+    print(f"{args.config}: OK ({sites}, source {config.source.type}, sinks {sinks}, "
           f"{when} {sched.timezone}, clock {sched.clock})")
     return EXIT_OK
 

@@ -6,6 +6,7 @@ and the CLI's one-shot commands build just the parts they use.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from connectors import registry
 from connectors.base import Sink, StreamSource, WindowSource
 from monitor.calibration import CalibrationSettings
-from monitor.config import MonitorConfig
+from monitor.config import MonitorConfig, SiteConfig
 from monitor.detection import DetectorSettings
 from monitor.incidents import IncidentSettings
 from monitor.inspection import DecisionSettings, EngineSettings, Inspector, Outcome
@@ -85,8 +86,26 @@ class Feed:
     store: ReadingStore | None = None
 
 
+def site_source(config: MonitorConfig, site: SiteConfig) -> tuple[WindowSource, Any]:
+    """One site's window source over a window source (InfluxDB): the source narrowed to the
+    site's points (``site_tag``) and listed sensors, and that narrowed connector config (a
+    worker can read the same windows itself); or, for a source that cannot be narrowed,
+    the source filtered here to the site's sensors (config None: read here only)."""
+    narrow = getattr(config.source, "for_site", None)
+    if narrow is not None:
+        source_config = narrow(site.id, site.sensors)
+        source = registry.source_class(source_config.type)(source_config)
+        assert isinstance(source, WindowSource)
+        return source, source_config
+    from monitor.sites import SensorFilter
+
+    base = build_source(config)
+    assert isinstance(base, WindowSource)
+    return SensorFilter(base, site.sensors), None
+
+
 def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
-                  one_shot: bool = False) -> Feed:
+                  one_shot: bool = False, site: SiteConfig | None = None) -> Feed:
     """The ONE place that asks "stream or window source?"; everything after reads windows
     through :class:`~connectors.base.WindowSource` only.
 
@@ -96,11 +115,17 @@ def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
       filled; it never creates one (:class:`~monitor.store.StoreError` when there is none).
     * A source that is both (a file): the agent replays it into the store (the data clock
       then advances through it); a one-shot command reads it in bulk.
+
+    ``site`` (one entry of a multi-site config's ``sites``; one-shot commands): the windows
+    of that site only: its view of the store, or the source narrowed to it.
     """
     from monitor.store import ReadingStore, StoreError
 
     source = build_source(config)
     if isinstance(source, WindowSource) and (one_shot or not isinstance(source, StreamSource)):
+        if site is not None:
+            source.close()
+            return Feed(windows=site_source(config, site)[0])
         return Feed(windows=source)
     assert isinstance(source, StreamSource)
     path = Path(config.state_dir) / "readings.sqlite"
@@ -109,9 +134,21 @@ def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
             raise StoreError(f"source {config.source.type!r} is a stream and there is no "
                              f"store at {path} yet; run the agent first (mmdwatch run) or "
                              "use --data")
-        return Feed(windows=ReadingStore(path, metrics))
+        store = ReadingStore(path, metrics)
+        return Feed(windows=store if site is None else store.for_site(site.id, owner=True))
     store = ReadingStore(path, metrics)
     return Feed(windows=store, stream=source, store=store)
+
+
+#: The site a sink's agent-level messages (MQTT availability) use in a multi-site agent
+#: unless the sink names one; results still go to their own site's topics.
+FLEET_SITE = "fleet"
+
+
+def _sink_site(config: MonitorConfig) -> str:
+    if not config.sites:
+        return config.site
+    return config.sites[0].id if len(config.sites) == 1 else FLEET_SITE
 
 
 def build_sinks(config: MonitorConfig, *, one_shot: bool = False) -> list[Sink]:
@@ -119,9 +156,10 @@ def build_sinks(config: MonitorConfig, *, one_shot: bool = False) -> list[Sink]:
     for c in config.sinks:
         fields = type(c).model_fields
         # A sink whose config has a `site` key (MQTT: availability topic and last will,
-        # needed before the first result) gets the top-level site unless it names one.
+        # needed before the first result) gets the top-level site unless it names one
+        # (a multi-site agent: "fleet").
         if "site" in fields and getattr(c, "site", None) is None:
-            c = c.model_copy(update={"site": config.site})
+            c = c.model_copy(update={"site": _sink_site(config)})
         # A one-shot command is not the agent: a sink with a `role` key (MQTT) publishes
         # results only, leaving the agent's availability, session and retained state alone.
         if one_shot and "role" in fields:
@@ -171,10 +209,10 @@ def build_reporter(report_dir: Path, sensors_file: Path | None = None,
 
 
 def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
-    """Source, store, ledger/outbox, inspector, schedule, sinks -> a ready (unstarted) Agent."""
+    """Source, store, ledger/outbox, sites (inspector, schedule, history and incident of
+    each), executor, sinks -> a ready (unstarted) Agent."""
     from monitor.agent import Agent
     from monitor.delivery import Dispatcher
-    from monitor.schedule import InspectionPlan
     from monitor.state import AgentState, StateError
 
     metrics = metrics or Metrics()
@@ -188,6 +226,13 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     if feed.stream is None:
         metrics.set_source_connected(None)  # no connection to report between queries
     state = AgentState(state_dir / "state.sqlite")
+    closers: list[Any] = [state.close, feed.windows.close]
+    try:
+        sites = build_sites(config, feed, state, closers)
+    except BaseException:
+        for close in closers:
+            close()
+        raise
     dispatcher = Dispatcher(build_sinks(config), state, metrics,
                             retry_initial=config.outbox.retry_initial,
                             retry_max=config.outbox.retry_max)
@@ -195,19 +240,95 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     if config.report_dir is not None:
         reporter = build_reporter(Path(config.report_dir), config.sensors_file,
                                   config.links_file)
-    closers: list[Any] = [state.close, feed.windows.close]
     services: list[Any] = []
     if config.health.port is not None:
         from monitor.health import HealthServer
 
         services.append(HealthServer.for_metrics(metrics, config.health))
-    inspector = build_inspector(config)
+    router = build_router(config, feed, metrics)
+    executor, workers = build_site_executor(config, len(sites))
+    site_configs = config.site_configs()
+    return Agent(sites=sites, stream=feed.stream, store=feed.store, state=state,
+                 dispatcher=dispatcher, metrics=metrics,
+                 poll=min(c.schedule.poll for c in site_configs),
+                 retention=max(c.retention for c in site_configs), reporter=reporter,
+                 closers=closers, services=services, router=router, executor=executor,
+                 workers=workers)
+
+
+def build_sites(config: MonitorConfig, feed: Feed, state: Any,
+                closers: list[Any]) -> list[Any]:
+    """One :class:`~monitor.sites.SiteRunner` per site. A single-site config: the feed's
+    windows and the state's own tables, as always. ``sites:``: each site reads its view
+    of the store (or the source narrowed to it) and keeps its ledger under its id."""
+    from monitor.schedule import InspectionPlan
+    from monitor.sites import SiteRunner
     from monitor.tracker import SiteTracker
 
-    tracker = SiteTracker(inspector, build_incidents(config))
-    return Agent(windows=feed.windows, stream=feed.stream, store=feed.store, state=state,
-                 inspector=inspector, tracker=tracker,
-                 plan=InspectionPlan.from_config(config.schedule), dispatcher=dispatcher,
-                 metrics=metrics, clock=config.schedule.clock, poll=config.schedule.poll,
-                 start=config.schedule.start, retention=config.retention, reporter=reporter,
-                 closers=closers, services=services)
+    runners = []
+    entries: list[SiteConfig | None] = list(config.sites) if config.sites else [None]
+    for site_config, entry in zip(config.site_configs(), entries, strict=True):
+        inspector = build_inspector(site_config)
+        tracker = SiteTracker(inspector, build_incidents(site_config))
+        schedule = site_config.schedule
+        windows: WindowSource = feed.windows
+        ledger: Any = state
+        source = None
+        fallback = None
+        if entry is None:
+            if feed.store is None and getattr(config.source, "names_sites", False):
+                windows, _ = site_source(config, SiteConfig(id=config.site))
+                closers.append(windows.close)
+        else:
+            ledger = state.for_site(entry.id)
+            if feed.store is not None:
+                windows, fallback = feed.store.for_site(entry.id), feed.store
+            else:
+                windows, source = site_source(config, entry)
+                closers.append(windows.close)
+        runners.append(SiteRunner(
+            inspector=inspector, windows=windows, state=ledger,
+            plan=InspectionPlan.from_config(schedule), tracker=tracker, clock=schedule.clock,
+            start=schedule.start, site=None if entry is None else entry.id, source=source,
+            finished=(feed.stream.finished if feed.stream is not None else lambda: False),
+            fallback=fallback))
+    return runners
+
+
+def build_router(config: MonitorConfig, feed: Feed, metrics: Metrics) -> Any:
+    """The :class:`~monitor.sites.SiteRouter` a stream's readings pass before the store:
+    every ``sites:`` config; a single site only when its source names sites (it keeps its
+    own site's readings, bare ids as before). None otherwise (readings stored as is)."""
+    from monitor.sites import SiteRouter, sensor_lists
+
+    if feed.stream is None:
+        return None
+    if config.sites:
+        return SiteRouter(sensor_lists(config.sites), metrics)
+    if getattr(config.source, "names_sites", False):
+        return SiteRouter({config.site: None}, metrics, qualify=False)
+    return None
+
+
+def build_site_executor(config: MonitorConfig, n_sites: int
+                        ) -> tuple[Callable[[], Any] | None, int]:
+    """``(factory of the executor, inspections in flight at most)``. Inspections run in the
+    agent's own thread (factory None) for one site unless the config names an executor,
+    and for ``type: inline``; otherwise on :func:`monitor.executors.build_executor`, one
+    inspection per site at a time, up to ``executor.workers`` (a Dask scheduler given by
+    address: one per site; Dask queues the rest)."""
+    from monitor.executors import build_executor, default_workers
+
+    e = config.executor
+    explicit = "executor" in config.model_fields_set
+    if e.type == "inline" or (n_sites == 1 and not explicit):
+        return None, 1
+    if e.workers is not None:
+        workers = e.workers
+    elif e.type == "dask" and e.address is not None:
+        workers = n_sites
+    else:
+        workers = default_workers()
+    if workers == 1 and e.type == "local":
+        return None, 1
+    return (lambda: build_executor(e)), workers

@@ -229,9 +229,91 @@ class OutboxConfig(_Section):
     retry_max: Duration = timedelta(minutes=5)
 
 
+class ExecutorConfig(_Section):
+    """Where inspections run (monitor/executors.py, docs/architecture.md "Executors").
+
+    ``local`` (default): a process pool on this machine, ``workers`` processes (default
+    min(2, CPUs)); ``workers: 1`` runs in-process. ``inline``: in-process, one at a time.
+    ``dask``: tasks on the Dask cluster at ``address`` (``tcp://host:8786``); without an
+    address a ``LocalCluster`` of ``workers`` processes is started on this machine.
+    """
+
+    type: Literal["local", "inline", "dask"] = "local"
+    workers: int | None = Field(None, ge=1, description="processes (local, dask LocalCluster)")
+    address: str | None = Field(None, description="Dask scheduler, e.g. tcp://host:8786")
+    connect_timeout: Duration = Field(timedelta(seconds=5),
+                                      description="give up reaching the scheduler after this")
+    retries: int = Field(3, ge=0, description="Dask: reruns of a task whose worker was lost")
+
+    @model_validator(mode="after")
+    def _address_for_dask(self) -> ExecutorConfig:
+        if self.address is not None and self.type != "dask":
+            raise ValueError("executor.address is only for type: dask; remove it or set "
+                             "type: dask")
+        if self.address is not None and "://" not in self.address:
+            raise ValueError(f"executor.address {self.address!r} needs a scheme, e.g. "
+                             "tcp://scheduler:8786")
+        if self.connect_timeout <= timedelta(0):
+            raise ValueError("executor.connect_timeout must be positive, e.g. 5s")
+        return self
+
+
+def check_site_id(value: str) -> str:
+    """A site id: letters, digits, ``_``, ``.``, ``-`` (it becomes part of MQTT topics,
+    InfluxDB tags and file names); ValueError naming the fix otherwise."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise ValueError(f"{value!r} may only hold letters, digits, '_', '.' and '-' (it "
+                         "becomes part of MQTT topics and file names); e.g. l-town")
+    return value
+
+
+#: The sections a site of ``sites:`` may override (partially: keys given win).
+SITE_SECTIONS = ("windows", "schedule", "engine", "decision")
+
+
+class SiteConfig(_Section):
+    """One entry of ``sites:`` (README "Sites"): the site's id, which readings are its own
+    (``sensors``: an explicit list; else the source names the site: an MQTT topic level
+    ``{site}`` in ``sensor_from_topic``, an InfluxDB ``site_tag``), and partial overrides
+    of the top-level ``windows``, ``schedule``, ``engine`` and ``decision`` sections."""
+
+    id: str
+    sensors: list[str] | None = Field(
+        None, description="this site's sensors; none: the source names the site")
+    windows: dict[str, Any] | None = None
+    schedule: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = None
+    decision: dict[str, Any] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _site_id(cls, value: str) -> str:
+        return check_site_id(value)
+
+    @field_validator("sensors")
+    @classmethod
+    def _sensors(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("is empty; list the site's sensor ids, or leave sensors out "
+                             "when the source names the site (MQTT '{site}' topic level, "
+                             "InfluxDB site_tag)")
+        seen: set[str] = set()
+        for name in value:
+            if not name or not name.isprintable():
+                raise ValueError(f"{name!r} is not a sensor id; use printable text")
+            if name in seen:
+                raise ValueError(f"{name!r} is listed twice; list each sensor once")
+            seen.add(name)
+        return value
+
+
 class MonitorConfig(_Section):
     profile: Literal["live", "retrospective"] = "live"
     site: str = "default"
+    sites: list[SiteConfig] | None = Field(
+        None, description="many sites in one agent (README \"Sites\"); instead of site")
     state_dir: Path = Path("./state")
     source: Any = None
     sinks: list[Any] = Field(default_factory=lambda: [{"type": "console"}])
@@ -241,6 +323,7 @@ class MonitorConfig(_Section):
     decision: DecisionConfig = Field(default_factory=DecisionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     outbox: OutboxConfig = Field(default_factory=OutboxConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     report_dir: Path | None = None
     sensors_file: Path | None = None
@@ -250,10 +333,7 @@ class MonitorConfig(_Section):
     @field_validator("site")
     @classmethod
     def _site_id(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
-            raise ValueError(f"{value!r} may only hold letters, digits, '_', '.' and '-' (it "
-                             "becomes part of MQTT topics and file names); e.g. l-town")
-        return value
+        return check_site_id(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +378,41 @@ class MonitorConfig(_Section):
             settings["decision"] = self.decision.model_dump(
                 mode="json", exclude={"resolve_after"})
         return settings
+
+    # -- sites ------------------------------------------------------------------------------
+    @property
+    def multi_site(self) -> bool:
+        """True for a ``sites:`` config (even of one site): readings are routed to sites
+        and the state is kept per site."""
+        return self.sites is not None
+
+    def for_site(self, site: SiteConfig) -> MonitorConfig:
+        """This config as seen by one site of ``sites``: ``site`` is its id, and its
+        ``windows``/``schedule``/``engine``/``decision`` overrides are laid over the
+        top-level sections (keys given win; a site's ``cron`` or ``every`` replaces both of
+        the top level's). A site without overrides inspects exactly as ``site: <id>`` with
+        the same sections would: same settings, same fingerprints. Raises pydantic's
+        ValidationError when the merged sections are invalid (checked at load time)."""
+        data = self.model_dump(mode="json", exclude={"source", "sinks", "sites"})
+        data["site"] = site.id
+        for name in SITE_SECTIONS:
+            override = getattr(site, name)
+            if not override:
+                continue
+            base = dict(data[name])
+            if name == "schedule" and ("cron" in override or "every" in override):
+                base.pop("cron", None)
+                base.pop("every", None)
+            data[name] = {**base, **override}
+        merged = MonitorConfig.model_validate(data)
+        return merged.model_copy(update={"source": self.source, "sinks": self.sinks})
+
+    def site_configs(self) -> list[MonitorConfig]:
+        """One config per site: ``for_site`` of each entry of ``sites``, or this config
+        itself for a single-site config."""
+        if self.sites is None:
+            return [self]
+        return [self.for_site(site) for site in self.sites]
 
 
 # ------------------------------------------------------------------------------------------
@@ -462,9 +577,68 @@ def validate_config(raw: Any, *, env: dict[str, str] | None = None, origin: str 
         model, errs = _validate_connector("sink", section, f"sinks[{i}]", expansion.unset_whole)
         problems += errs
         sink_models.append(model)
+    if config is not None and isinstance(data, dict):
+        problems += _site_problems(config, data, source_model, expansion.unset_whole)
     if problems or config is None:
         raise ConfigError(problems, origin)
     return config.model_copy(update={"source": source_model, "sinks": sink_models})
+
+
+def _site_problems(config: MonitorConfig, data: dict[str, Any], source: Any,
+                   unset: dict[str, str]) -> list[str]:
+    """The ``sites:`` checks that need the whole config: ``site`` and ``sites`` together,
+    an empty list, duplicate ids, a sensor claimed by two sites, a site the source cannot
+    tell apart, a topic naming a site that is not configured, and each site's merged
+    sections."""
+    if config.sites is None:
+        return []
+    problems: list[str] = []
+    if "site" in data:
+        problems.append("site: give either site (one site) or sites (a list of sites, each "
+                        "with an id), not both; remove site")
+    if not config.sites:
+        problems.append("sites: is empty; list at least one site, e.g. sites: [{id: north, "
+                        "sensors: [n1, n2]}], or remove sites and set site")
+        return problems
+    names_sites = bool(getattr(source, "names_sites", False))
+    first: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for i, site in enumerate(config.sites):
+        if site.id in first:
+            problems.append(f"sites[{i}].id: {site.id!r} is also the id of sites[{first[site.id]}]; "
+                            "give each site its own id")
+            continue
+        first[site.id] = i
+        for name in site.sensors or []:
+            if name in owner:
+                problems.append(f"sites[{i}].sensors: {name!r} is also claimed by site "
+                                f"{owner[name]!r}; a sensor belongs to one site, remove it "
+                                "from one of the lists")
+            else:
+                owner[name] = site.id
+        if site.sensors is None and source is not None and not names_sites:
+            problems.append(
+                f"sites[{i}]: site {site.id!r} lists no sensors and the source does not "
+                "name sites; add sensors: [...] to the site, or let the source name it "
+                "(MQTT sensor_from_topic such as 'sensors/{site}/{sensor}', InfluxDB "
+                "site_tag)")
+        try:
+            config.for_site(site)
+        except ValidationError as exc:
+            problems += _describe(MonitorConfig, exc, f"sites[{i}]", unset)
+    for where, site_id in (getattr(source, "sites_in_topics", None) or {}).items():
+        if site_id not in first:
+            problems.append(f"source.{where}: the topic is for site {site_id!r}, which is not "
+                            f"in sites; add {{id: {site_id}}} to sites or remove the topic")
+    return problems
+
+
+def validate_executor(raw: Any, *, origin: str = "executor") -> ExecutorConfig:
+    """An ``executor:`` mapping alone (``backfill --cluster``); ConfigError lists problems."""
+    try:
+        return ExecutorConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(ExecutorConfig, exc, "executor", {}), origin) from None
 
 
 def load_config(path: str | Path, *, env: dict[str, str] | None = None,

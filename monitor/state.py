@@ -9,6 +9,11 @@ runs again and produces the same fingerprint).
   time, with its fingerprint and status).
 * outbox: one row per result not yet confirmed by every sink, with the set of sinks that
   did confirm it. A row leaves only when every configured sink confirmed.
+* sites: a multi-site agent keeps each site's ledger in ``site_done`` and its calibration
+  history in ``site_history`` (keyed by site and time), and its anchor and open incident
+  under the meta keys ``anchor:<site>`` / ``incident:<site>``; :meth:`AgentState.for_site`
+  gives one site's view. A single-site agent uses ``done``, ``history``, ``anchor`` and
+  ``incident`` as before, so its state files stay as they were. One outbox serves all.
 * ``published``: the fingerprints that the one-shot commands (``inspect --publish``,
   ``backfill --publish``) put in the outbox. They never touch the ledger, so a backfill
   does not move the agent's schedule or calibration history; :meth:`AgentState.publish`
@@ -48,6 +53,21 @@ CREATE TABLE IF NOT EXISTS published (
     inspection_time REAL NOT NULL,
     queued_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS site_done (
+    site TEXT NOT NULL,
+    inspection_time REAL NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status TEXT NOT NULL,
+    finished_at REAL NOT NULL,
+    PRIMARY KEY (site, inspection_time)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS site_done_fingerprint ON site_done(fingerprint);
+CREATE TABLE IF NOT EXISTS site_history (
+    site TEXT NOT NULL,
+    inspection_time REAL NOT NULL,
+    statistic REAL NOT NULL,
+    PRIMARY KEY (site, inspection_time)
+) WITHOUT ROWID;
 """
 
 
@@ -104,50 +124,84 @@ class AgentState:
             "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
             "value = excluded.value", (key, value)))
 
-    def is_done(self, t: float) -> bool:
+    def for_site(self, site: str) -> SiteState:
+        """One site's ledger, history, anchor and incident in a multi-site agent."""
+        return SiteState(self, site)
+
+    def is_done(self, t: float, site: str | None = None) -> bool:
         with self._lock:
+            if site is not None:
+                return self._conn.execute(
+                    "SELECT 1 FROM site_done WHERE site = ? AND inspection_time = ?",
+                    (site, t)).fetchone() is not None
             return self._conn.execute("SELECT 1 FROM done WHERE inspection_time = ?",
                                       (t,)).fetchone() is not None
 
-    def last_done(self) -> float | None:
+    def last_done(self, site: str | None = None) -> float | None:
         with self._lock:
+            if site is not None:
+                return self._conn.execute("SELECT MAX(inspection_time) FROM site_done "
+                                          "WHERE site = ?", (site,)).fetchone()[0]
             return self._conn.execute("SELECT MAX(inspection_time) FROM done").fetchone()[0]
 
-    def done_times(self) -> list[float]:
+    def done_times(self, site: str | None = None) -> list[float]:
         with self._lock:
+            if site is not None:
+                return [r[0] for r in self._conn.execute(
+                    "SELECT inspection_time FROM site_done WHERE site = ? "
+                    "ORDER BY inspection_time", (site,))]
             return [r[0] for r in self._conn.execute(
                 "SELECT inspection_time FROM done ORDER BY inspection_time")]
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
-                          incident: dict[str, Any] | None | bool = False) -> None:
+                          incident: dict[str, Any] | None | bool = False,
+                          site: str | None = None) -> None:
         """Mark inspection ``t`` done and queue its result, atomically. Idempotent: a result
         already queued (same fingerprint) keeps its delivery state.
 
         In the same transaction: ``statistic`` joins the calibration history, and
         ``incident`` (a dict, or None for "no open incident"; False leaves it as it is)
-        becomes the open incident."""
+        becomes the open incident. ``site``: the site of a multi-site agent (its own
+        ledger rows), None for a single-site agent."""
         fp = result["fingerprint"]
         payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
         now = time.time()
+        key = "incident" if site is None else f"incident:{site}"
 
         def write(c: sqlite3.Connection) -> None:
             c.execute("INSERT INTO outbox(fingerprint, inspection_time, created_at, result) "
                       "VALUES (?, ?, ?, ?) ON CONFLICT(fingerprint) DO NOTHING",
                       (fp, t, now, payload))
-            c.execute("INSERT INTO done(inspection_time, fingerprint, status, finished_at) "
-                      "VALUES (?, ?, ?, ?) ON CONFLICT(inspection_time) DO NOTHING",
-                      (t, fp, result.get("status", "?"), now))
+            if site is None:
+                c.execute("INSERT INTO done(inspection_time, fingerprint, status, "
+                          "finished_at) VALUES (?, ?, ?, ?) ON CONFLICT(inspection_time) "
+                          "DO NOTHING", (t, fp, result.get("status", "?"), now))
+            else:
+                c.execute("INSERT INTO site_done(site, inspection_time, fingerprint, status, "
+                          "finished_at) VALUES (?, ?, ?, ?, ?) "
+                          "ON CONFLICT(site, inspection_time) DO NOTHING",
+                          (site, t, fp, result.get("status", "?"), now))
             if statistic is not None:
-                c.execute("INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
-                          "ON CONFLICT(inspection_time) DO NOTHING", (t, statistic))
+                self._add_history(c, [(t, statistic)], site)
             if incident is None:
-                c.execute("DELETE FROM meta WHERE key = 'incident'")
+                c.execute("DELETE FROM meta WHERE key = ?", (key,))
             elif incident is not False:
-                c.execute("INSERT INTO meta(key, value) VALUES ('incident', ?) ON CONFLICT(key) "
-                          "DO UPDATE SET value = excluded.value", (json.dumps(incident),))
+                c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                          "DO UPDATE SET value = excluded.value", (key, json.dumps(incident)))
 
         self._tx(write)
+
+    @staticmethod
+    def _add_history(c: sqlite3.Connection, values: list[tuple[float, float]],
+                     site: str | None) -> None:
+        if site is None:
+            c.executemany("INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
+                          "ON CONFLICT(inspection_time) DO NOTHING", values)
+        else:
+            c.executemany("INSERT INTO site_history(site, inspection_time, statistic) "
+                          "VALUES (?, ?, ?) ON CONFLICT(site, inspection_time) DO NOTHING",
+                          [(site, t, v) for t, v in values])
 
     def publish(self, t: float, result: dict[str, Any]) -> bool:
         """Queue a one-shot command's result of inspection ``t`` for the sinks, unless its
@@ -160,7 +214,9 @@ class AgentState:
 
         def write(c: sqlite3.Connection) -> bool:
             if c.execute("SELECT 1 FROM published WHERE fingerprint = ? UNION ALL "
-                         "SELECT 1 FROM done WHERE fingerprint = ?", (fp, fp)).fetchone():
+                         "SELECT 1 FROM done WHERE fingerprint = ? UNION ALL "
+                         "SELECT 1 FROM site_done WHERE fingerprint = ?",
+                         (fp, fp, fp)).fetchone():
                 return False
             c.execute("INSERT INTO published(fingerprint, inspection_time, queued_at) "
                       "VALUES (?, ?, ?)", (fp, t, now))
@@ -181,24 +237,31 @@ class AgentState:
         return {fp: frozenset(json.loads(delivered)) for fp, delivered in rows}
 
     # -- calibration history ------------------------------------------------------------------
-    def add_history(self, values: list[tuple[float, float]]) -> None:
+    def add_history(self, values: list[tuple[float, float]], site: str | None = None
+                    ) -> None:
         """Backfilled (inspection time, statistic) pairs; existing times are kept."""
-        self._tx(lambda c: c.executemany(
-            "INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
-            "ON CONFLICT(inspection_time) DO NOTHING", values))
+        self._tx(lambda c: self._add_history(c, values, site))
 
-    def history(self, since: float) -> list[tuple[float, float]]:
+    def history(self, since: float, site: str | None = None) -> list[tuple[float, float]]:
         with self._lock:
+            if site is not None:
+                return list(self._conn.execute(
+                    "SELECT inspection_time, statistic FROM site_history WHERE site = ? "
+                    "AND inspection_time >= ? ORDER BY inspection_time", (site, since)))
             return list(self._conn.execute(
                 "SELECT inspection_time, statistic FROM history WHERE inspection_time >= ? "
                 "ORDER BY inspection_time", (since,)))
 
-    def prune_history(self, before: float) -> None:
+    def prune_history(self, before: float, site: str | None = None) -> None:
+        if site is not None:
+            self._tx(lambda c: c.execute("DELETE FROM site_history WHERE site = ? AND "
+                                         "inspection_time < ?", (site, before)))
+            return
         self._tx(lambda c: c.execute("DELETE FROM history WHERE inspection_time < ?",
                                      (before,)))
 
-    def open_incident(self) -> dict[str, Any] | None:
-        raw = self.get_meta("incident")
+    def open_incident(self, site: str | None = None) -> dict[str, Any] | None:
+        raw = self.get_meta("incident" if site is None else f"incident:{site}")
         return None if raw is None else json.loads(raw)
 
     # -- outbox -------------------------------------------------------------------------------
@@ -254,3 +317,50 @@ class AgentState:
         with self._lock:
             self._conn.close()
 
+
+
+class SiteState:
+    """One site's view of :class:`AgentState` in a multi-site agent: the same ledger and
+    history methods the agent calls on a single-site state, kept under the site's own key
+    (``site_done``, ``site_history``, meta ``anchor:<site>`` / ``incident:<site>``); the
+    outbox is the shared one."""
+
+    def __init__(self, state: AgentState, site: str) -> None:
+        self.state = state
+        self.site = site
+
+    def get_meta(self, key: str) -> str | None:
+        return self.state.get_meta(f"{key}:{self.site}")
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.state.set_meta(f"{key}:{self.site}", value)
+
+    def is_done(self, t: float) -> bool:
+        return self.state.is_done(t, self.site)
+
+    def last_done(self) -> float | None:
+        return self.state.last_done(self.site)
+
+    def done_times(self) -> list[float]:
+        return self.state.done_times(self.site)
+
+    def commit_inspection(self, t: float, result: dict[str, Any], *,
+                          statistic: float | None = None,
+                          incident: dict[str, Any] | None | bool = False) -> None:
+        self.state.commit_inspection(t, result, statistic=statistic, incident=incident,
+                                     site=self.site)
+
+    def add_history(self, values: list[tuple[float, float]]) -> None:
+        self.state.add_history(values, self.site)
+
+    def history(self, since: float) -> list[tuple[float, float]]:
+        return self.state.history(since, self.site)
+
+    def prune_history(self, before: float) -> None:
+        self.state.prune_history(before, self.site)
+
+    def open_incident(self) -> dict[str, Any] | None:
+        return self.state.open_incident(self.site)
+
+    def outbox_size(self) -> int:
+        return self.state.outbox_size()

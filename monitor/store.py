@@ -45,6 +45,17 @@ CREATE TABLE IF NOT EXISTS readings (
 MAX_FUTURE_S = 86400.0
 
 
+#: Joins a site id and a sensor id into the store's sensor key in a multi-site agent
+#: (``north\x1fn12``). Site ids hold only letters, digits, ``_.-``, and sensor ids are
+#: printable, so the key splits unambiguously; a single-site store keeps bare sensor ids.
+SITE_SEP = "\x1f"
+
+
+def site_key(site: str, sensor: str) -> str:
+    """The store's key of ``sensor`` of ``site`` (multi-site agents)."""
+    return f"{site}{SITE_SEP}{sensor}"
+
+
 class StoreError(Exception):
     """The store cannot be opened or written; the message names the path and the fix."""
 
@@ -75,6 +86,8 @@ class ReadingStore(WindowSource):
         self._sensor_ids: dict[str, int] = {
             name: id_ for id_, name in self._writer.execute("SELECT id, name FROM sensors")}
         self._watermark: float | None = self._query_watermark(self._writer)
+        self._site_watermarks: dict[str, float] = {}  # site -> newest (multi-site keys)
+        self._sensor_names = {id_: name for name, id_ in self._sensor_ids.items()}
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
@@ -144,18 +157,23 @@ class ReadingStore(WindowSource):
                                  f"{exc}; check free disk space and permissions") from None
             for name, placeholder in pending.items():
                 ids[name] = fresh[placeholder]
+                self._sensor_names[fresh[placeholder]] = name
             newest = max(t for _, t, _ in rows)
             if self._watermark is None or newest > self._watermark:
                 self._watermark = newest
+            if self._site_watermarks:
+                self._advance_sites(rows)
         self._metrics.readings(len(rows))
         return len(rows)
 
-    def prune(self, before: float) -> int:
-        """Delete readings older than ``before`` (epoch s); return how many went."""
+    def prune(self, before: float, site: str | None = None) -> int:
+        """Delete readings older than ``before`` (epoch s), of one ``site`` only when given
+        (multi-site keys); return how many went."""
         removed = 0
         with self._write_lock:
+            ids = list(self._sensor_ids.values()) if site is None else self._site_ids(site)
             self._writer.execute("BEGIN IMMEDIATE")
-            for sid in self._sensor_ids.values():  # range deletes on the (sensor, time) key
+            for sid in ids:  # range deletes on the (sensor, time) key
                 removed += self._writer.execute(
                     "DELETE FROM readings WHERE sensor_id = ? AND time < ?", (sid, before)
                 ).rowcount
@@ -199,7 +217,8 @@ class ReadingStore(WindowSource):
         """``(sensor, time, value)`` rows with ``start <= time < end``."""
         conn = self._reader()
         names = {id_: name for id_, name in conn.execute("SELECT id, name FROM sensors")}
-        wanted = [i for i, n in names.items() if sensors is None or n in set(sensors)]
+        chosen = None if sensors is None else set(sensors)
+        wanted = [i for i, n in names.items() if chosen is None or n in chosen]
         out: list[tuple[str, float, float]] = []
         for sid in wanted:  # per-sensor range scans on the (sensor, time) key
             name = names[sid]
@@ -212,12 +231,53 @@ class ReadingStore(WindowSource):
                     resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
         """Long frame ``time`` (UTC), ``sensor``, ``value`` for ``[start, end)``: the raw
         readings (``resample``/``aggregate`` are left to the monitor's own resampling)."""
-        import pandas as pd
+        return _frame(self.fetch(start.timestamp(), end.timestamp()))
 
-        rows = self.fetch(start.timestamp(), end.timestamp())
-        frame = pd.DataFrame(rows, columns=["sensor", "time", "value"])
-        frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
-        return frame[["time", "sensor", "value"]]
+    def for_site(self, site: str, *, owner: bool = False) -> SiteReadings:
+        """The readings of one site of a multi-site agent (keys ``site\x1fsensor``), as a
+        window source of its own; ``owner``: closing it closes this store (a one-shot
+        command's)."""
+        return SiteReadings(self, site, owner=owner)
+
+    def _site_ids(self, site: str) -> list[int]:
+        prefix = site + SITE_SEP
+        return [i for name, i in list(self._sensor_ids.items()) if name.startswith(prefix)]
+
+    def _advance_sites(self, rows: list[tuple[int, float, float]]) -> None:
+        """Move the newest time of the sites already asked about by the committed ``rows``
+        (the others are read from the database when first asked)."""
+        known = self._site_watermarks
+        names = self._sensor_names
+        newest: dict[int, float] = {}
+        for sid, t, _ in rows:
+            if t > newest.get(sid, -math.inf):
+                newest[sid] = t
+        for sid, t in newest.items():
+            site, sep, _ = names.get(sid, "").partition(SITE_SEP)
+            if sep and site in known and t > known[site]:
+                known[site] = t
+
+    def site_watermark(self, site: str) -> float | None:
+        """Time (epoch s) of one site's newest reading (multi-site keys), None when it has
+        none; kept in memory once asked."""
+        wm = self._site_watermarks.get(site)
+        if wm is None:
+            with self._write_lock:  # no batch commits between the query and the cache
+                wm = self._site_extreme(site, "MAX")
+                if wm is not None:
+                    self._site_watermarks[site] = wm
+        return wm
+
+    def _site_extreme(self, site: str, fn: str) -> float | None:
+        """MIN or MAX reading time of one site: one index probe per sensor of the site."""
+        conn = self._reader()
+        query = ("SELECT MAX(time) FROM readings WHERE sensor_id = ?" if fn == "MAX" else
+                 "SELECT MIN(time) FROM readings WHERE sensor_id = ?")
+        found = [row[0] for sid in self._site_ids(site) for row in conn.execute(query, (sid,))
+                 if row[0] is not None]
+        if not found:
+            return None
+        return max(found) if fn == "MAX" else min(found)
 
     def close(self) -> None:
         with self._write_lock:
@@ -225,6 +285,51 @@ class ReadingStore(WindowSource):
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
+
+
+class SiteReadings(WindowSource):
+    """One site's readings in a multi-site agent's store: a window source whose sensor ids
+    are the site's own (the store's ``site\x1f`` prefix taken off). Closing it leaves the
+    store open (the agent closes the store) unless it owns the store."""
+
+    type: ClassVar[str] = "store"
+    inspect_from_oldest: ClassVar[bool] = True
+
+    def __init__(self, store: ReadingStore, site: str, *, owner: bool = False) -> None:
+        self.store = store
+        self.site = site
+        self._owner = owner
+
+    def __repr__(self) -> str:
+        return f"SiteReadings({self.store.path}, site={self.site!r})"
+
+    def read_window(self, start: datetime | pd.Timestamp, end: datetime | pd.Timestamp, *,
+                    resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
+        prefix = self.site + SITE_SEP
+        keys = [name for name in self.store.sensors() if name.startswith(prefix)]
+        rows = self.store.fetch(start.timestamp(), end.timestamp(), keys) if keys else []
+        cut = len(prefix)
+        return _frame([(name[cut:], t, v) for name, t, v in rows])
+
+    def watermark(self) -> pd.Timestamp | None:
+        return _timestamp(self.store.site_watermark(self.site))
+
+    def first_time(self) -> pd.Timestamp | None:
+        return _timestamp(self.store._site_extreme(self.site, "MIN"))
+
+    def close(self) -> None:
+        if self._owner:
+            self.store.close()
+
+
+def _frame(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    """``(sensor, epoch s, value)`` rows -> the long frame ``time`` (UTC), ``sensor``,
+    ``value`` of a window query."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=["sensor", "time", "value"])
+    frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
+    return frame[["time", "sensor", "value"]]
 
 
 def _timestamp(epoch_s: float | None) -> pd.Timestamp | None:

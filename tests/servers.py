@@ -336,3 +336,73 @@ class InfluxServer(_ChildServer):
             r = c.post("/write", params={"db": db, "precision": precision}, content=body)
             if r.status_code != 204:
                 raise RuntimeError(f"influx write failed: {r.status_code} {r.text}")
+
+
+@dataclass
+class DaskScheduler(_ChildServer):
+    """A real ``dask scheduler`` on 127.0.0.1 (no dashboard), from this venv's python."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _log: object = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "scheduler.log"
+
+    def start(self) -> DaskScheduler:
+        import sys
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1",
+             "--port", str(self.port), "--no-dashboard", "--no-show"],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=self.directory)
+        _wait_for_port(self.port, self._proc, "dask scheduler", timeout=30.0)
+        return self
+
+
+@dataclass
+class DaskWorker(_ChildServer):
+    """One real ``dask worker`` process (no nanny, one thread) attached to ``scheduler``;
+    its working directory is the repository, so it imports ``monitor`` as the tests do.
+    ``kill()`` ends it with SIGKILL, as a crashed host would."""
+
+    directory: Path
+    scheduler: str
+    name: str = "worker"
+    _proc: subprocess.Popen | None = field(default=None, repr=False)
+    _log: object = field(default=None, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"{self.name}.log"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> DaskWorker:
+        import sys
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        repo = Path(__file__).resolve().parents[1]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "dask", "worker", self.scheduler, "--host", "127.0.0.1",
+             "--nthreads", "1", "--no-nanny", "--no-dashboard", "--name", self.name,
+             "--death-timeout", "60", "--local-directory", str(self.directory)],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=repo)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no goodbye to the scheduler, tasks in hand lost."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from connectors.base import WindowSource
 from connectors.influxdb.http import InfluxConnectionConfig
@@ -26,6 +26,33 @@ class InfluxSourceConfig(InfluxConnectionConfig):
     measurement: str = Field(min_length=1)
     sensor_tag: str = Field("sensor", min_length=1)
     field: str = Field("value", min_length=1)
+    # Many sites in one measurement: the tag whose value is the site id. The agent reads
+    # each site's windows with ``site`` set (only points whose ``site_tag`` equals it).
+    site_tag: str | None = Field(None, min_length=1)
+    site: str | None = Field(None, min_length=1)
+    # Only these sensors (the agent sets it from a site's ``sensors`` list).
+    sensors: list[str] | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _site_needs_tag(self) -> InfluxSourceConfig:
+        if self.site is not None and self.site_tag is None:
+            raise ValueError("site needs site_tag: name the tag that holds the site id, "
+                             "e.g. site_tag: dma")
+        return self
+
+    @property
+    def names_sites(self) -> bool:
+        """True when each point's site is its ``site_tag`` tag (one source, many sites)."""
+        return self.site_tag is not None
+
+    def for_site(self, site: str | None, sensors: list[str] | None = None
+                 ) -> InfluxSourceConfig:
+        """This config narrowed to one site's points (``site``, when ``site_tag`` is set)
+        and to ``sensors`` (when given)."""
+        update: dict[str, Any] = {"sensors": sensors}
+        if self.site_tag is not None:
+            update["site"] = site
+        return self.model_copy(update=update)
 
 
 class InfluxReader(WindowSource):

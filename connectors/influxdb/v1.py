@@ -29,7 +29,8 @@ def window_query(config: InfluxSourceConfig, measurement_ref: str, start: pd.Tim
                  end: pd.Timestamp, resample: str | None, aggregate: str) -> str:
     """The InfluxQL for one window."""
     field, tag = _quote_ident(config.field), _quote_ident(config.sensor_tag)
-    where = f"time >= {influx_time(start)} AND time < {influx_time(end)}"
+    where = f"time >= {influx_time(start)} AND time < {influx_time(end)}" + \
+        "".join(f" AND {f}" for f in tag_filters(config))
     if resample is None:
         return f"SELECT {field} FROM {measurement_ref} WHERE {where} GROUP BY {tag}"
     try:
@@ -44,6 +45,23 @@ def window_query(config: InfluxSourceConfig, measurement_ref: str, start: pd.Tim
     offset = start_s % step  # bins aligned to the window start, not to the epoch
     return (f"SELECT {fn}({field}) FROM {measurement_ref} WHERE {where} "
             f"GROUP BY time({step}s, {offset}s), {tag} fill(none)")
+
+
+def _quote_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def tag_filters(config: InfluxSourceConfig) -> list[str]:
+    """InfluxQL conditions narrowing the points to one site (``site_tag = site``) and to
+    the listed ``sensors``."""
+    out = []
+    if config.site_tag is not None and config.site is not None:
+        out.append(f"{_quote_ident(config.site_tag)} = {_quote_string(config.site)}")
+    if config.sensors:
+        tag = _quote_ident(config.sensor_tag)
+        out.append("(" + " OR ".join(f"{tag} = {_quote_string(s)}" for s in config.sensors)
+                   + ")")
+    return out
 
 
 def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFrame:
@@ -95,7 +113,9 @@ class InfluxQLSource(InfluxReader):
 
     def watermark(self) -> pd.Timestamp | None:
         ref = self._http.measurement_ref(self.config.measurement)
-        series = self._http.query(f"SELECT last({_quote_ident(self.config.field)}) FROM {ref}")
+        where = " AND ".join(tag_filters(self.config))
+        series = self._http.query(f"SELECT last({_quote_ident(self.config.field)}) FROM {ref}"
+                                  + (f" WHERE {where}" if where else ""))
         if not series or not series[0].get("values"):
             return None
         return pd.Timestamp(int(series[0]["values"][0][0]), unit="ms", tz="UTC")

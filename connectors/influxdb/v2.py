@@ -36,6 +36,19 @@ def _flux_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _site_filters(c: InfluxSourceConfig) -> str:
+    """Flux filters narrowing the points to one site and to the listed sensors."""
+    out = ""
+    if c.site_tag is not None and c.site is not None:
+        out += (f"  |> filter(fn: (r) => r[{_flux_string(c.site_tag)}] == "
+                f"{_flux_string(c.site)})\n")
+    if c.sensors:
+        names = ", ".join(_flux_string(s) for s in c.sensors)
+        out += (f"  |> filter(fn: (r) => contains(value: r[{_flux_string(c.sensor_tag)}], "
+                f"set: [{names}]))\n")
+    return out
+
+
 def _rfc3339(ts: pd.Timestamp) -> str:
     return to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -60,7 +73,7 @@ class FluxSource(InfluxReader):
         flux = (f"from(bucket: {_flux_string(c.bucket)})\n"
                 f"  |> range(start: {_rfc3339(start)}, stop: {_rfc3339(end)})\n"
                 f"  |> filter(fn: (r) => r._measurement == {_flux_string(c.measurement)}"
-                f" and r._field == {_flux_string(c.field)})\n")
+                f" and r._field == {_flux_string(c.field)})\n") + _site_filters(c)
         if resample is not None:
             step = int(pd.Timedelta(resample).total_seconds())
             fn = AGGREGATES.get(aggregate, "mean")
@@ -87,7 +100,7 @@ class FluxSource(InfluxReader):
         assert c.bucket is not None  # api: v2 requires it
         flux = (f"from(bucket: {_flux_string(c.bucket)})\n  |> range(start: 0)\n"
                 f"  |> filter(fn: (r) => r._measurement == {_flux_string(c.measurement)}"
-                f" and r._field == {_flux_string(c.field)})\n"
+                f" and r._field == {_flux_string(c.field)})\n" + _site_filters(c) +
                 "  |> last()\n  |> group()\n  |> max(column: \"_time\")\n")
         try:
             tables = self._client.query_api().query(flux)

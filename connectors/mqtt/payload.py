@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -59,28 +60,49 @@ class ParseResult:
 
 @dataclass(frozen=True, slots=True)
 class TopicPattern:
-    """A ``sensor_from_topic`` pattern such as ``sensors/+/{sensor}``, split into levels."""
+    """A ``sensor_from_topic`` pattern such as ``sensors/+/{sensor}``, split into levels;
+    optionally with a ``{site}`` level (``sensors/{site}/{sensor}``: many sites on one
+    broker)."""
 
     levels: tuple[str, ...]
     sensor_level: int
+    site_level: int | None = None
 
-    def sensor(self, topic: str) -> str | None:
-        """The sensor id the topic carries, or None when the topic does not match."""
+    def _parts(self, topic: str) -> list[str] | None:
+        """The topic's levels when it matches the pattern, else None."""
         parts = topic.split("/")
         for i, level in enumerate(self.levels):
             if level == "#":
                 break
             if i >= len(parts):
                 return None
-            if level not in ("+", "{sensor}") and level != parts[i]:
+            if level not in ("+", "{sensor}", "{site}") and level != parts[i]:
                 return None
         else:
             if len(parts) != len(self.levels):
                 return None
-        if self.sensor_level >= len(parts):
-            return None
-        found = parts[self.sensor_level]
-        return found if _valid_sensor(found) else None
+        return parts
+
+    def sensor(self, topic: str) -> str | None:
+        """The sensor id the topic carries, or None when the topic does not match."""
+        return self.match(topic)[1]
+
+    def match(self, topic: str) -> tuple[str | None, str | None]:
+        """(site, sensor) the topic carries; None for what it does not (no ``{site}``
+        level, a topic that does not match, a level that is no valid id)."""
+        parts = self._parts(topic)
+        if parts is None:
+            return None, None
+        sensor = parts[self.sensor_level] if self.sensor_level < len(parts) else None
+        site = None
+        if self.site_level is not None and self.site_level < len(parts):
+            site = parts[self.site_level]
+            if not _SITE_ID.fullmatch(site):
+                site = None
+        return site, sensor if _valid_sensor(sensor) else None
+
+
+_SITE_ID = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @lru_cache(maxsize=64)
@@ -91,11 +113,17 @@ def compile_topic_pattern(pattern: str) -> TopicPattern:
     if len(marks) != 1:
         raise ValueError(f"sensor_from_topic {pattern!r} must contain exactly one "
                          "'{sensor}' level, e.g. 'sensors/+/{sensor}'")
+    sites = [i for i, level in enumerate(levels) if level == "{site}"]
+    if len(sites) > 1:
+        raise ValueError(f"sensor_from_topic {pattern!r} may contain one '{{site}}' level "
+                         "at most, e.g. 'sensors/{site}/{sensor}'")
     if "#" in levels and levels.index("#") != len(levels) - 1:
         raise ValueError(f"sensor_from_topic {pattern!r}: '#' may only be the last level")
-    if "#" in levels and levels.index("#") < marks[0]:
-        raise ValueError(f"sensor_from_topic {pattern!r}: '{{sensor}}' must come before '#'")
-    return TopicPattern(levels=levels, sensor_level=marks[0])
+    if "#" in levels and levels.index("#") < max(marks + sites):
+        raise ValueError(f"sensor_from_topic {pattern!r}: '{{sensor}}' and '{{site}}' must "
+                         "come before '#'")
+    return TopicPattern(levels=levels, sensor_level=marks[0],
+                        site_level=sites[0] if sites else None)
 
 
 def _valid_sensor(value: object) -> bool:
@@ -189,8 +217,8 @@ def parse_payload(
     Pure and total: any bytes and any topic give a ParseResult, never an exception
     (a malformed ``sensor_from_topic`` is the caller's config error, checked at load).
     """
-    topic_sensor = (compile_topic_pattern(sensor_from_topic).sensor(topic)
-                    if sensor_from_topic else None)
+    topic_site, topic_sensor = (compile_topic_pattern(sensor_from_topic).match(topic)
+                                if sensor_from_topic else (None, None))
     if isinstance(payload, (bytes, bytearray)):
         try:
             text = bytes(payload).decode("utf-8")
@@ -212,7 +240,7 @@ def parse_payload(
             return ParseResult(rejected=[INVALID_JSON if isinstance(doc, str) else number])
         if topic_sensor is None:
             return ParseResult(rejected=[BARE_NUMBER_WITHOUT_SENSOR])
-        return ParseResult(readings=[Reading(topic_sensor, received_at, number)])
+        return ParseResult(readings=[Reading(topic_sensor, received_at, number, topic_site)])
     items = doc if isinstance(doc, list) else [doc]
     if not items:
         return ParseResult(rejected=[EMPTY_ARRAY])
@@ -221,7 +249,8 @@ def parse_payload(
     for item in items:
         out = _parse_item(item, topic_sensor, received_at)
         if isinstance(out, Reading):
-            readings.append(out)
+            readings.append(out if topic_site is None else
+                            Reading(out.sensor, out.time, out.value, topic_site))
         else:
             rejected.append(out)
     return ParseResult(readings=readings, rejected=rejected)

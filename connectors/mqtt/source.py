@@ -69,6 +69,31 @@ class MqttSourceConfig(MqttConnectionConfig):
                                  "'#' may only end a filter, e.g. 'sensors/l-town/#'")
         return value
 
+    @property
+    def names_sites(self) -> bool:
+        """True when each reading's site comes from its topic (a ``{site}`` level in
+        ``sensor_from_topic``): one source for many sites."""
+        return (self.sensor_from_topic is not None
+                and compile_topic_pattern(self.sensor_from_topic).site_level is not None)
+
+    @property
+    def sites_in_topics(self) -> dict[str, str]:
+        """``{"topics[i]": site}`` for each subscription whose ``{site}`` level is a literal
+        (``sensors/north/#``), so the config can name a topic whose site is not configured."""
+        if not self.names_sites:
+            return {}
+        assert self.sensor_from_topic is not None
+        level = compile_topic_pattern(self.sensor_from_topic).site_level
+        assert level is not None
+        out: dict[str, str] = {}
+        for i, topic in enumerate(self.topics):
+            parts = topic.split("/")
+            if "#" in parts[:level + 1] or level >= len(parts):
+                continue
+            if parts[level] != "+":
+                out[f"topics[{i}]"] = parts[level]
+        return out
+
 
 @dataclass(slots=True)
 class _Received:

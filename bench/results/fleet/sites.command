@@ -1,0 +1,1 @@
+python -m bench.fleet --method mmd-baseline  (2026-11-26 07:05-07:24 UTC)

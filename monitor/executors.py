@@ -1,0 +1,218 @@
+"""Where inspections run: in-process, a process pool on this machine, or a Dask cluster.
+
+:func:`build_executor` turns the config's ``executor:`` section
+(:class:`monitor.config.ExecutorConfig`) into a :class:`concurrent.futures.Executor`:
+``submit(fn, *args)`` returns a :class:`concurrent.futures.Future`, so
+``concurrent.futures.wait`` / ``as_completed`` work the same whatever runs the task::
+
+    from monitor.executors import build_executor
+    from monitor.jobs import run_job
+
+    with build_executor(config.executor) as executor:   # close() on exit
+        futures = [executor.submit(run_job, job) for job in jobs]
+        results = [f.result() for f in futures]
+
+* ``type: inline`` (or ``local`` with ``workers: 1``): :class:`InlineExecutor`, the task
+  runs inside ``submit`` in this process (nothing to pickle, nothing to start).
+* ``type: local``: :class:`LocalExecutor`, a ``ProcessPoolExecutor`` of ``workers``
+  processes (default ``min(2, CPUs)``), started with ``spawn`` (no fork of a process that
+  holds torch or client threads). A pool process that dies breaks the pool
+  (``BrokenProcessPool``): no retry, the caller reruns what did not come back.
+* ``type: dask``: :class:`DaskExecutor`, tasks on the Dask scheduler at ``address`` through
+  ``Client.get_executor(pure=False, retries=...)``; without an address, a
+  ``LocalCluster`` of ``workers`` single-threaded worker processes is started and closed
+  with the executor. Worker loss is Dask's business: the scheduler reruns the task of a
+  worker that died (``retries`` more times for a task that raised), so every submitted
+  task yields exactly one result. The scheduler's dashboard URL
+  (``Client.dashboard_link``) is logged at INFO when the client connects (the dashboard
+  itself needs ``bokeh`` installed where the scheduler runs).
+
+An unreachable scheduler raises :class:`ExecutorUnavailable` after
+``executor.connect_timeout`` (5 s), with the fix in the message.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from monitor.config import ExecutorConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DaskExecutor", "ExecutorUnavailable", "InlineExecutor", "LocalExecutor",
+           "build_executor", "default_workers", "describe", "parse_cluster"]
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor cannot start or reach its cluster; the message names the fix."""
+
+
+def default_workers() -> int:
+    """Worker processes when the config names none: min(2, CPUs)."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+class InlineExecutor(Executor):
+    """Runs each task inside ``submit``, in this process; the returned future is done."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller via the future
+            future.set_exception(exc)
+        return future
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return "InlineExecutor()"
+
+
+class LocalExecutor(ProcessPoolExecutor):
+    """A process pool of ``workers`` processes on this machine (``spawn`` start method)."""
+
+    def __init__(self, workers: int) -> None:
+        import multiprocessing
+
+        super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self.workers = workers
+        log.info("executor: local process pool, %d worker process(es)", workers)
+
+    def close(self) -> None:
+        """Wait for running tasks, then stop the processes."""
+        self.shutdown(wait=True, cancel_futures=True)
+
+    def __repr__(self) -> str:
+        return f"LocalExecutor(workers={self.workers})"
+
+
+class DaskExecutor(Executor):
+    """Tasks on a Dask cluster: the scheduler at ``address``, or a ``LocalCluster`` of
+    ``workers`` processes started here when ``address`` is None."""
+
+    def __init__(self, address: str | None = None, *, workers: int | None = None,
+                 connect_timeout: float = 5.0, retries: int = 3) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as exc:  # pragma: no cover - a core dependency
+            raise ExecutorUnavailable(
+                f"executor type dask needs dask.distributed ({exc}); pip install "
+                "'dask[distributed]' or use executor: {type: local}") from None
+        self.address = address
+        self.retries = retries
+        self.cluster: Any = None
+        if address is None:
+            n = workers or default_workers()
+            try:
+                self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                            dashboard_address=":0", silence_logs=logging.WARNING)
+            except Exception as exc:
+                raise ExecutorUnavailable(
+                    f"cannot start a Dask LocalCluster of {n} worker(s) ({exc}); use "
+                    "executor: {type: local} or give an address") from exc
+            target: Any = self.cluster
+        else:
+            target = address
+        try:
+            self.client = Client(target, timeout=connect_timeout, set_as_default=False)
+        except (OSError, TimeoutError) as exc:
+            if self.cluster is not None:
+                self.cluster.close()
+            raise ExecutorUnavailable(
+                f"cannot reach the Dask scheduler at {address} within {connect_timeout:g} s "
+                f"({type(exc).__name__}); start one with `dask scheduler` (and workers with "
+                f"`dask worker {address}`), check the address, or use executor: "
+                "{type: local}") from None
+        self._executor = self.client.get_executor(pure=False, retries=retries)
+        log.info("executor: dask scheduler %s, %d worker(s); dashboard %s",
+                 self.scheduler_address, self.n_workers(), self.dashboard_link)
+
+    @property
+    def scheduler_address(self) -> str:
+        """The scheduler's address as the client sees it (``tcp://host:port``)."""
+        return str(self.client.scheduler_info().get("address", self.address))
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The scheduler's dashboard URL (served when bokeh is installed there)."""
+        try:
+            return str(self.client.dashboard_link)
+        except Exception:  # noqa: BLE001 - no dashboard service on that scheduler
+            return None
+
+    def n_workers(self) -> int:
+        """Workers connected to the scheduler right now."""
+        return len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def wait_for_workers(self, n: int, timeout: float = 30.0) -> None:
+        """Block until ``n`` workers are connected (ExecutorUnavailable after ``timeout``)."""
+        try:
+            self.client.wait_for_workers(n, timeout=timeout)
+        except TimeoutError:
+            raise ExecutorUnavailable(
+                f"the Dask scheduler at {self.scheduler_address} has "
+                f"{self.n_workers()} worker(s), not {n}, after {timeout:g} s; start workers "
+                "with `dask worker ADDRESS`") from None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = self._executor.submit(fn, *args, **kwargs)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the client (tasks still running are released) and the LocalCluster if
+        this executor started one. Idempotent."""
+        client, self.client = getattr(self, "client", None), None  # type: ignore[assignment]
+        if client is not None:
+            client.close()
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.close()
+
+    def __repr__(self) -> str:
+        return f"DaskExecutor(address={self.address!r}, retries={self.retries})"
+
+
+def build_executor(config: ExecutorConfig) -> InlineExecutor | LocalExecutor | DaskExecutor:
+    """The executor for an ``executor:`` config section (every kind has ``close()``)."""
+    if config.type == "dask":
+        return DaskExecutor(config.address, workers=config.workers,
+                            connect_timeout=config.connect_timeout.total_seconds(),
+                            retries=config.retries)
+    workers = config.workers or default_workers()
+    if config.type == "inline" or workers == 1:
+        return InlineExecutor()
+    return LocalExecutor(workers)
+
+
+def parse_cluster(value: str) -> dict[str, Any]:
+    """``--cluster`` as an ``executor:`` mapping: ``local`` / ``local:N`` (process pool),
+    ``dask`` / ``dask:N`` (a Dask LocalCluster), ``inline``, or a scheduler address
+    (``tcp://host:8786``, ``host:8786``). ValueError names the accepted forms."""
+    text = value.strip()
+    kind, _, n = text.partition(":")
+    if kind in ("local", "dask", "inline") and "//" not in text:
+        out: dict[str, Any] = {"type": kind}
+        if n:
+            if not n.isdigit() or int(n) < 1:
+                raise ValueError(f"--cluster {value!r}: the number of workers must be a "
+                                 "positive integer, e.g. local:2")
+            out["workers"] = int(n)
+        return out
+    if not text or text.startswith(":"):
+        raise ValueError(f"--cluster {value!r}: give local[:N], dask[:N], inline, or a Dask "
+                         "scheduler address such as tcp://host:8786")
+    return {"type": "dask", "address": text if "://" in text else f"tcp://{text}"}
+
+
+def describe(executor: Executor) -> str:
+    """One line naming the executor (logs, benchmark tables)."""
+    return repr(executor)

@@ -1,0 +1,223 @@
+"""A backfill spread over an executor: many inspection times (and sites) at once, results
+in time order, identical to the one-at-a-time backfill.
+
+Each inspection is an :class:`~monitor.jobs.InspectionJob` run by
+:func:`~monitor.jobs.run_job` on the executor (:mod:`monitor.executors`). What keeps the
+results identical to ``mmdwatch backfill`` without ``--cluster``:
+
+* **Engine rule** (retrospective profile): inspections are independent; all are submitted,
+  and only the order of output is restored here.
+* **Calibrated rule** (live profile): the p-value at t uses the history of the detection
+  statistic at earlier times whose after window ended by t, *without* the firing ones, so
+  it depends on earlier decisions. The job at t is submitted once every earlier result it
+  can depend on (each t' with t' + A <= t) has come back and been observed by the site's
+  :class:`~monitor.tracker.SiteTracker`, in time order; its history is then exactly
+  ``tracker.history_at(t)``, as inline. Inspections inside one after window of each other
+  run concurrently (16 per site for hourly inspections and A = 16h), and sites are
+  independent of each other.
+* Incidents are advanced by the tracker as results are observed, in time order, never on
+  a worker.
+* The calibration history before the first time is computed as
+  :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
+  each time's statistic computed by :func:`~monitor.jobs.run_detect` on the executor.
+
+Every submitted job yields exactly one result (a Dask worker lost mid-task: the scheduler
+runs the task again elsewhere); a result is emitted once, at its place in time order.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from monitor.jobs import InspectionJob, InspectorSettings, run_detect, run_job
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from monitor.inspection import Inspector, ReadWindow
+    from monitor.tracker import SiteTracker
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SiteBackfill", "backfill_history", "capacity", "run_backfill"]
+
+OnResult = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class SiteBackfill:
+    """One site's part of a backfill.
+
+    ``read_window``: the agent-side window reader (the job then carries the frame);
+    ``source``: a window source's connector config that workers read themselves instead
+    (InfluxDB); ``tracker``: the site's history and incident (calibrated rule), None under
+    the engine rule.
+    """
+
+    inspector: Inspector
+    times: list[datetime]
+    read_window: ReadWindow
+    source: BaseModel | None = None
+    tracker: SiteTracker | None = None
+    settings: InspectorSettings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.times = sorted(self.times)
+        self.settings = InspectorSettings.of(self.inspector)
+
+    def job(self, i: int) -> InspectionJob:
+        """The job of the i-th time, with its history (taken now: call when it is ready)."""
+        t = self.times[i]
+        history = None if self.tracker is None else self.tracker.history_at(t)
+        if self.source is not None:
+            return InspectionJob.with_source(self.settings, t, self.source, history)
+        return InspectionJob.with_windows(self.settings, t, self.read_window, history)
+
+    def needs(self) -> list[int]:
+        """For each time, how many earlier results must be observed before its job can be
+        built: those whose after window ended by it (calibrated rule), else none."""
+        if self.tracker is None:
+            return [0] * len(self.times)
+        after = self.inspector.spec.after
+        out, j = [], 0
+        for t in self.times:
+            while j < len(self.times) and self.times[j] + after <= t:
+                j += 1
+            out.append(j)
+        return out
+
+
+def capacity(executor: Executor) -> int:
+    """How many jobs to keep in flight: four per worker (at least 4), so workers never
+    wait on the reads and the submissions of the agent."""
+    from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor
+
+    if isinstance(executor, InlineExecutor):
+        return 1
+    if isinstance(executor, LocalExecutor):
+        return max(4, 4 * executor.workers)
+    if isinstance(executor, DaskExecutor):
+        return max(4, 4 * executor.n_workers())
+    return 8
+
+
+def _map_ordered(executor: Executor, fn: Callable[[Any], Any], jobs: Sequence[Any],
+                 limit: int) -> list[Any]:
+    """``[fn(job) for job in jobs]`` on the executor, at most ``limit`` in flight."""
+    out: list[Any] = [None] * len(jobs)
+    pending: dict[Future[Any], int] = {}
+    nxt = 0
+    while nxt < len(jobs) or pending:
+        while nxt < len(jobs) and len(pending) < limit:
+            pending[executor.submit(fn, jobs[nxt])] = nxt
+            nxt += 1
+        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        for f in done:
+            out[pending.pop(f)] = f.result()
+    return out
+
+
+def backfill_history(site: SiteBackfill, times: list[datetime], executor: Executor) -> int:
+    """:meth:`SiteTracker.backfill` with the statistics computed on ``executor``: the
+    values and their order in the history are the same. Returns how many were added."""
+    import pandas as pd
+
+    from connectors.timeutil import to_utc
+    from monitor.tracker import cached_reader
+
+    tracker = site.tracker
+    if tracker is None or not times:
+        return 0
+    spec = site.inspector.spec
+    frame = site.read_window(pd.Timestamp(min(times) - spec.before),
+                             pd.Timestamp(max(times) + spec.after))
+    if frame.empty:
+        return 0
+    read = cached_reader(frame)
+    first = to_utc(pd.Timestamp(frame["time"].min()))
+    times = [th for th in times if pd.Timestamp(th - spec.before) >= first]
+    jobs = [InspectionJob.with_windows(site.settings, th, read) for th in times]
+    values = _map_ordered(executor, run_detect, jobs, capacity(executor))
+    added = 0
+    for th, value in zip(times, values, strict=True):
+        if value is not None:
+            tracker.history[th] = value
+            added += 1
+    log.info("calibration history of %s: %d of %d past inspection times computed",
+             site.inspector.site, added, len(times))
+    return added
+
+
+def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,
+                 *, max_in_flight: int | None = None) -> int:
+    """Run every site's inspections on ``executor``; ``on_result(result)`` is called once
+    per inspection, in time order (ties: in the order of ``sites``), after its site's
+    tracker observed it (incident attached). Returns the number of results.
+
+    An exception from a job (a source a worker cannot read, a broken process pool) is
+    raised here after the jobs in flight are cancelled; what was emitted stays emitted.
+    """
+    limit = max_in_flight or capacity(executor)
+    needs = [s.needs() for s in sites]
+    done: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # results not yet observed
+    observed: list[int] = [0] * len(sites)  # per site: results observed so far
+    submitted: list[int] = [0] * len(sites)  # per site: jobs submitted so far
+    order = sorted(((t, k, i) for k, s in enumerate(sites) for i, t in enumerate(s.times)),
+                   key=lambda x: (x[0], x[1]))
+    ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # observed, not emitted
+    emitted = 0
+    pending: dict[Future[dict[str, Any]], tuple[int, int]] = {}
+
+    def submit_ready() -> None:
+        # time order across sites, so the earliest results (the ones output waits for)
+        # are computed first
+        progressed = True
+        while progressed and len(pending) < limit:
+            progressed = False
+            best: tuple[datetime, int] | None = None
+            for k, s in enumerate(sites):
+                i = submitted[k]
+                if i < len(s.times) and observed[k] >= needs[k][i] and (
+                        best is None or s.times[i] < best[0]):
+                    best = (s.times[i], k)
+            if best is not None:
+                k = best[1]
+                i = submitted[k]
+                pending[executor.submit(run_job, sites[k].job(i))] = (k, i)
+                submitted[k] += 1
+                progressed = True
+
+    try:
+        while emitted < len(order):
+            submit_ready()
+            if pending:
+                finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for f in finished:
+                    k, i = pending.pop(f)
+                    done[k][i] = f.result()
+            for k, s in enumerate(sites):  # observe each site's results in time order
+                while observed[k] in done[k]:
+                    result = done[k].pop(observed[k])
+                    if s.tracker is not None:
+                        s.tracker.observe(result)
+                    ready_out[k][observed[k]] = result
+                    observed[k] += 1
+            while emitted < len(order):  # emit in global time order
+                _, k, i = order[emitted]
+                if i not in ready_out[k]:
+                    break
+                on_result(ready_out[k].pop(i))
+                emitted += 1
+            if not pending and emitted < len(order) and not any(
+                    submitted[k] < len(s.times) and observed[k] >= needs[k][submitted[k]]
+                    for k, s in enumerate(sites)):
+                raise RuntimeError("backfill stalled: no job ready and none in flight")
+    except BaseException:
+        for f in pending:
+            f.cancel()
+        raise
+    return emitted

@@ -1,0 +1,320 @@
+"""Sites of one agent: which readings belong to which site, and each site's own schedule,
+windows, ledger, calibration history and incident.
+
+A single-site agent (``site:``) has one :class:`SiteRunner` over the agent's window source
+and the state's own tables, exactly as before sites existed. A multi-site agent
+(``sites:``) has one per site, each reading its windows from its own view of the one store
+(:meth:`monitor.store.ReadingStore.for_site`) or of the source (InfluxDB ``site_tag`` /
+sensor list), and keeping its ledger rows under its id
+(:meth:`monitor.state.AgentState.for_site`); the outbox is shared. The agent
+(:mod:`monitor.agent`) decides when each site's due inspection runs and where.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from connectors.base import Reading, WindowSource
+from connectors.ratelimit import RateLimitedLog
+from monitor.inspection import Inspector, Outcome
+from monitor.metrics import Metrics
+from monitor.schedule import InspectionPlan
+from monitor.store import site_key
+from monitor.timeutil import format_duration, iso
+from monitor.tracker import SiteTracker, history_times
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pydantic import BaseModel
+
+    from monitor.jobs import InspectionJob
+
+log = logging.getLogger(__name__)
+
+#: Rejection reasons of the router (metric labels, like the MQTT payload reasons).
+UNKNOWN_SITE = "unknown_site"
+UNASSIGNED_SENSOR = "unassigned_sensor"
+UNLISTED_SENSOR = "unlisted_sensor"
+
+
+class Ledger(Protocol):
+    """What a site needs of the state database (AgentState, or SiteState for one site)."""
+
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+    def is_done(self, t: float) -> bool: ...
+    def last_done(self) -> float | None: ...
+    def commit_inspection(self, t: float, result: dict[str, Any], *,
+                          statistic: float | None = None,
+                          incident: dict[str, Any] | None | bool = False) -> None: ...
+    def add_history(self, values: list[tuple[float, float]]) -> None: ...
+    def history(self, since: float) -> list[tuple[float, float]]: ...
+    def prune_history(self, before: float) -> None: ...
+    def open_incident(self) -> dict[str, Any] | None: ...
+
+
+class SiteRouter:
+    """Assigns each reading of a stream to its site and gives it the store's key.
+
+    A reading that names its site (MQTT topic ``{site}`` level) goes to that site when it
+    is configured (and, when the site lists its sensors, names one of them); one that does
+    not goes to the site whose ``sensors`` list holds it. Anything else is dropped, counted
+    by reason (``unknown_site``, ``unlisted_sensor``, ``unassigned_sensor``) and logged at
+    most once a minute per reason with the fix: bad data never stops the agent.
+    ``qualify``: store keys ``site\\x1fsensor`` (multi-site); False keeps bare ids (one site
+    whose source names sites: only its own readings are kept).
+    """
+
+    def __init__(self, sensors: dict[str, list[str] | None], metrics: Metrics, *,
+                 qualify: bool = True, log_interval_s: float = 60.0) -> None:
+        self.sites = frozenset(sensors)
+        self.lists = {site: frozenset(names) for site, names in sensors.items()
+                      if names is not None}
+        self.owner = {name: site for site, names in sensors.items() for name in names or ()}
+        self.qualify = qualify
+        self.metrics = metrics
+        self._log = RateLimitedLog(log, log_interval_s)
+
+    def route(self, batch: Iterable[Reading]) -> list[Reading]:
+        out: list[Reading] = []
+        dropped: dict[str, int] = {}
+        for r in batch:
+            site = r.site
+            if site is None:
+                site = self.owner.get(r.sensor)
+                if site is None:
+                    dropped[UNASSIGNED_SENSOR] = dropped.get(UNASSIGNED_SENSOR, 0) + 1
+                    self._log.warning(UNASSIGNED_SENSOR, "reading of sensor %r dropped: no "
+                                      "site lists it and its topic names no site; add it to "
+                                      "a site's sensors", r.sensor)
+                    continue
+            elif site not in self.sites:
+                dropped[UNKNOWN_SITE] = dropped.get(UNKNOWN_SITE, 0) + 1
+                self._log.warning(UNKNOWN_SITE, "reading of sensor %r dropped: its topic names "
+                                  "site %r, which is not configured; add {id: %s} to sites "
+                                  "or stop publishing there", r.sensor, site, site)
+                continue
+            else:
+                listed = self.lists.get(site)
+                if listed is not None and r.sensor not in listed:
+                    dropped[UNLISTED_SENSOR] = dropped.get(UNLISTED_SENSOR, 0) + 1
+                    self._log.warning(UNLISTED_SENSOR, "reading of sensor %r dropped: site %r "
+                                      "lists its sensors and not this one; add it to the "
+                                      "site's sensors", r.sensor, site)
+                    continue
+            key = site_key(site, r.sensor) if self.qualify else r.sensor
+            out.append(Reading(key, r.time, r.value))
+        for reason, count in dropped.items():
+            self.metrics.rejected(reason, count)
+        return out
+
+
+class SiteRunner:
+    """One site: its schedule and clock, its windows, its ledger, calibration history
+    and incident. ``site`` is None for a single-site agent (its state keys are the
+    original ones); ``source`` is the connector config a worker may read this site's
+    windows from itself (a window source such as InfluxDB), None when the windows must be
+    read here (the agent's store)."""
+
+    def __init__(self, *, inspector: Inspector, windows: WindowSource, state: Ledger,
+                 plan: InspectionPlan, tracker: SiteTracker | None = None,
+                 clock: str = "wall", start: datetime | None = None,
+                 site: str | None = None, source: BaseModel | None = None,
+                 finished: Callable[[], bool] = lambda: False,
+                 fallback: WindowSource | None = None) -> None:
+        self.site = site
+        self.inspector = inspector
+        self.windows = windows
+        self.state = state
+        self.plan = plan
+        self.tracker = tracker
+        self.clock = clock
+        self.start_time = start
+        self.source = source
+        self._finished = finished
+        # the whole store: clock and first time of a site that has no readings yet, so its
+        # inspections still come due (and end as error) instead of waiting silently
+        self._fallback = fallback
+        self.history_ready = tracker is None
+        self.retry_at = 0.0  # monotonic time before which the source is not asked again
+        self.backoff = 1.0
+
+    @property
+    def name(self) -> str:
+        return self.site or self.inspector.site
+
+    def __repr__(self) -> str:
+        return f"SiteRunner({self.name!r})"
+
+    # -- windows and clocks --------------------------------------------------------------
+    def read_window(self, start: datetime, end: datetime) -> pd.DataFrame:
+        import pandas as pd
+
+        spec = self.inspector.spec
+        return self.windows.read_window(pd.Timestamp(start), pd.Timestamp(end),
+                                        resample=format_duration(spec.resample),
+                                        aggregate=spec.aggregate)
+
+    def watermark(self) -> datetime | None:
+        wm = self.windows.watermark()
+        if wm is None and self._fallback is not None:
+            wm = self._fallback.watermark()
+        return None if wm is None else wm.to_pydatetime().astimezone(UTC)
+
+    def clock_now(self) -> datetime | None:
+        """The time inspections are due against (see :mod:`monitor.schedule`)."""
+        if self.clock == "wall":
+            return datetime.now(UTC)
+        wm = self.watermark()
+        if wm is not None and self._finished():
+            # a finished replay: its last bin is as complete as it will ever be
+            wm += self.inspector.spec.resample
+        return wm
+
+    def anchor(self) -> datetime | None:
+        """Earliest inspection time, fixed on first start and kept in the ledger."""
+        saved = self.state.get_meta("anchor")
+        if saved is not None:
+            return datetime.fromtimestamp(float(saved), UTC)
+        spec = self.inspector.spec
+        if self.start_time is not None:
+            anchor = self.start_time
+        elif self.windows.inspect_from_oldest:  # the store a stream fills: all of it
+            first = self.windows.first_time()
+            if first is None and self._fallback is not None:
+                first = self._fallback.first_time()
+            if first is None:
+                return None  # no data yet
+            anchor = first.to_pydatetime().astimezone(UTC) + spec.before
+        else:  # a database: from the newest complete inspection on
+            now = self.clock_now()
+            if now is None:
+                return None
+            anchor = now - spec.after  # the latest complete inspection runs at once
+        self.state.set_meta("anchor", repr(anchor.timestamp()))
+        log.info("first inspection time%s: on or after %s",
+                 "" if self.site is None else f" of site {self.site}", iso(anchor))
+        return anchor
+
+    def due(self, limit: int = 10_000) -> list[datetime]:
+        """Inspection times not yet done whose after window is complete, oldest first."""
+        anchor = self.anchor()
+        now = self.clock_now()
+        if anchor is None or now is None:
+            return []
+        last = self.state.last_done()
+        after = self.inspector.spec.after
+        if last is None:
+            times = self.plan.times(anchor)
+        else:
+            times = self.plan.times(max(anchor, datetime.fromtimestamp(last, UTC)),
+                                    inclusive=False)
+        out: list[datetime] = []
+        for t in times:
+            if t + after > now or len(out) >= limit:
+                break
+            if not self.state.is_done(t.timestamp()):
+                out.append(t)
+        return out
+
+    # -- inspections ---------------------------------------------------------------------
+    def prepare_history(self, first: datetime) -> None:
+        """Load the calibration history and the open incident from the state database; on
+        a first start, compute the history from what the source already holds (an
+        InfluxDB with two weeks of data calibrates the first inspection)."""
+        assert self.tracker is not None
+        span = self.inspector.decision.calibration.history
+        rows = self.state.history((first - span).timestamp())
+        if not rows and self.state.last_done() is None and self.inspector.calibrated:
+            times = history_times(self.inspector, first)
+            added = self.tracker.backfill(times, self.read_window)
+            rows = [(th.timestamp(), v) for th, v in sorted(self.tracker.history.items())]
+            if added:
+                self.state.add_history(rows)
+                log.info("calibration%s: %d past inspection times computed from the source",
+                         "" if self.site is None else f" of site {self.site}", added)
+        self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
+        saved = self.state.open_incident()
+        if saved is not None:
+            from monitor.incidents import Incident
+
+            self.tracker.incident = Incident.from_dict(saved)
+        self.history_ready = True
+
+    def history_at(self, t: datetime) -> Any:
+        """The calibration history for the inspection at ``t`` (None: engine rule)."""
+        if self.tracker is None:
+            return None
+        if not self.history_ready:
+            self.prepare_history(t)
+        return self.tracker.history_at(t) if self.inspector.calibrated else None
+
+    def run(self, t: datetime) -> Outcome:
+        """The inspection at ``t``, here and now (the windows read in this process)."""
+        return self.inspector.run(t, self.read_window, self.history_at(t))
+
+    def job(self, t: datetime) -> InspectionJob:
+        """The inspection at ``t`` as a job for a worker: with the window frame read here,
+        or, for a source a worker can reach itself, with that source's config."""
+        from monitor.jobs import InspectionJob, InspectorSettings
+
+        settings = InspectorSettings.of(self.inspector)
+        history = self.history_at(t)
+        if self.source is not None:
+            return InspectionJob.with_source(settings, t, self.source, history=history)
+        return InspectionJob.with_windows(settings, t, self.read_window, history=history)
+
+    def commit(self, t: datetime, result: dict[str, Any]) -> str | None:
+        """Advance the history and incident with ``result`` and record it: ledger, outbox,
+        history value and incident in ONE transaction. Returns the incident event."""
+        if self.tracker is None:
+            self.state.commit_inspection(t.timestamp(), result)
+            return None
+        kept, event = self.tracker.observe(result)
+        incident = self.tracker.incident
+        self.state.commit_inspection(t.timestamp(), result, statistic=kept,
+                                     incident=None if incident is None
+                                     else incident.to_dict())
+        return event
+
+    def prune_history(self, last: float) -> None:
+        """Drop calibration history older than its span behind ``last`` (epoch s)."""
+        if self.inspector.calibrated:
+            from datetime import timedelta
+
+            span = self.inspector.decision.calibration.history + timedelta(days=1)
+            self.state.prune_history(last - span.total_seconds())
+
+
+class SensorFilter(WindowSource):
+    """A window source seen through one site's ``sensors`` list, for a source that cannot
+    narrow its own queries (a file read in bulk); None keeps every sensor."""
+
+    type = "filtered"
+
+    def __init__(self, source: WindowSource, sensors: Sequence[str] | None) -> None:
+        self.source = source
+        self.sensors = None if sensors is None else list(sensors)
+
+    def read_window(self, start: pd.Timestamp, end: pd.Timestamp, *,
+                    resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
+        frame = self.source.read_window(start, end, resample=resample, aggregate=aggregate)
+        if self.sensors is None:
+            return frame
+        return frame[frame["sensor"].isin(self.sensors)].reset_index(drop=True)
+
+    def watermark(self) -> pd.Timestamp | None:
+        return self.source.watermark()
+
+    def first_time(self) -> pd.Timestamp | None:
+        return self.source.first_time()
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def sensor_lists(sites: Sequence[Any]) -> dict[str, list[str] | None]:
+    """``{site id: its sensors list or None}`` of the config's ``sites`` entries."""
+    return {site.id: site.sensors for site in sites}

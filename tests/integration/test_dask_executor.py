@@ -1,0 +1,247 @@
+"""Inspections on real executors: a process pool, a Dask ``LocalCluster`` of 2 worker
+processes, and a real ``dask scheduler`` + ``dask worker`` pair started as subprocesses on
+free loopback ports (tests/servers.py). No mocks.
+
+* ``backfill --cluster`` gives the same results as the inline backfill (same fingerprints,
+  statuses, selected sensors, sensor order, incidents; p-values within 1e-6), in time
+  order, on the shared L-Town dev data (d1, across the first firing inspections).
+* A Dask worker killed (SIGKILL) while it holds tasks, a ``dask worker`` subprocess (the
+  other worker finishes) or a ``LocalCluster`` worker process (its nanny starts a new one
+  that joins): the scheduler reruns the tasks; every inspection comes back exactly once,
+  identical to inline.
+* A config with two sites: one backfill covers both, each site as its own backfill.
+* An unreachable scheduler: exit 2 and a message that names the fix.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from monitor.cli import main
+from tests.result_contract import check
+from tests.servers import DaskScheduler, DaskWorker, free_port
+from tests.shared_data import DELAY_DEV
+
+pytestmark = pytest.mark.integration
+
+D1 = DELAY_DEV / "d1" / "pressures.csv.gz"
+# live profile: ok, then the first firing inspections of d1 (an incident opens at 22:00)
+LIVE = ["--start", "2019-09-15T20:00", "--end", "2019-09-15T23:00", "--every", "1h"]
+
+
+def _backfill(tmp_path: Path, name: str, *extra: str) -> list[dict[str, Any]]:
+    out = tmp_path / f"{name}.jsonl"
+    code = main(["backfill", "--data", str(D1), *LIVE, "--out", str(out), *extra])
+    assert code == 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    for r in results:
+        check(r)  # results made on workers escape the in-process schema fixture
+    return results
+
+
+def assert_identical(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
+    """Same inspections in the same order, same decisions, p-values within 1e-6."""
+    assert [r["inspection_time"] for r in a] == [r["inspection_time"] for r in b]
+    for x, y in zip(a, b, strict=True):
+        assert x["fingerprint"] == y["fingerprint"]
+        assert x["status"] == y["status"], x["inspection_time"]
+        assert x["selected_sensors"] == y["selected_sensors"], x["inspection_time"]
+        assert [s["sensor_id"] for s in x["sensors"]] == [s["sensor_id"] for s in y["sensors"]]
+        px, py = x["test"]["p_value"], y["test"]["p_value"]
+        assert (px is None) == (py is None)
+        if px is not None:
+            assert abs(px - py) <= 1e-6
+        assert x.get("incident") == y.get("incident")
+        assert (x.get("detection") or {}).get("history_n") == \
+            (y.get("detection") or {}).get("history_n")
+
+
+@pytest.fixture(scope="module")
+def inline(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The reference: the ordinary one-at-a-time backfill."""
+    results = _backfill(tmp_path_factory.mktemp("inline"), "inline")
+    assert [r["status"] for r in results] == ["ok", "ok", "firing", "firing"]
+    assert results[2]["incident"]["event"] == "opened"
+    return results
+
+
+@pytest.fixture
+def scheduler(tmp_path: Path) -> Iterator[DaskScheduler]:
+    server = DaskScheduler(tmp_path / "dask").start()
+    yield server
+    server.stop()
+
+
+def test_local_pool_gives_the_inline_results(inline: list[dict[str, Any]],
+                                             tmp_path: Path) -> None:
+    assert_identical(inline, _backfill(tmp_path, "local", "--cluster", "local:2"))
+
+
+def test_dask_local_cluster_gives_the_inline_results(inline: list[dict[str, Any]],
+                                                     tmp_path: Path) -> None:
+    assert_identical(inline, _backfill(tmp_path, "dask", "--cluster", "dask:2"))
+
+
+def test_dask_scheduler_and_worker_give_the_inline_results(
+        inline: list[dict[str, Any]], scheduler: DaskScheduler, tmp_path: Path) -> None:
+    with DaskWorker(tmp_path / "w", scheduler.address, name="w0"):
+        results = _backfill(tmp_path, "remote", "--cluster", scheduler.address)
+    assert_identical(inline, results)
+
+
+def test_unreachable_scheduler_names_the_fix(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    code = main(["backfill", "--data", str(D1), *LIVE, "--out", str(tmp_path / "x.jsonl"),
+                 "--cluster", address])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Dask scheduler at {address}" in err
+    assert "dask scheduler" in err and "type: local" in err
+    assert not (tmp_path / "x.jsonl").exists() or not (tmp_path / "x.jsonl").read_text()
+
+
+@pytest.fixture(scope="module")
+def engine_rule() -> Iterator[tuple[Any, list[datetime], list[dict[str, Any]]]]:
+    """(site backfill factory, times, inline results) under the engine rule: independent
+    inspections, the live windows and mmd-baseline keeping each fit near a second."""
+    from monitor.cli import _site_backfill, _window_reader
+    from monitor.compose import build_inspector
+    from monitor.config import validate_config
+    from monitor.executors import InlineExecutor
+    from monitor.fleet import run_backfill
+
+    config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
+                              "sinks": [], "decision": {"rule": "engine"},
+                              "engine": {"method": "mmd-baseline"}})
+    inspector = build_inspector(config)
+    read, close = _window_reader(config)
+    t0 = datetime(2019, 9, 15, tzinfo=UTC)
+    times = [t0 + timedelta(hours=3 * i) for i in range(6)]
+
+    def site() -> Any:
+        return _site_backfill(config, inspector, read, times)
+
+    reference: list[dict[str, Any]] = []
+    run_backfill([site()], InlineExecutor(), reference.append)
+    yield site, times, reference
+    close()
+
+
+def _kill_on_first_result(executor: Any, kill: Any, killed: list[str],
+                          results: list[dict[str, Any]]) -> Any:
+    """on_result for run_backfill: at the first result, ``kill(address)`` a worker that
+    holds tasks right now (records its address in ``killed``)."""
+
+    def on_result(result: dict[str, Any]) -> None:
+        results.append(result)
+        if not killed:
+            busy = [addr for addr, keys in executor.client.processing().items() if keys]
+            if busy:
+                kill(busy[0])
+                killed.append(busy[0])
+
+    return on_result
+
+
+def _check_once(results: list[dict[str, Any]], reference: list[dict[str, Any]],
+                killed: list[str]) -> None:
+    assert killed, "no worker held a task when the first result came back"
+    for r in results:
+        check(r)
+    done = [r["inspection_time"] for r in results]
+    assert len(done) == len(set(done)) == len(reference)  # none lost, none doubled
+    assert_identical(reference, results)
+
+
+def test_worker_killed_mid_backfill_every_inspection_exactly_once(
+        engine_rule: Any, scheduler: DaskScheduler, tmp_path: Path) -> None:
+    """Two ``dask worker`` processes; the one holding tasks when the first result arrives
+    is killed with SIGKILL; the other finishes its tasks (Dask reschedules them)."""
+    from monitor.executors import DaskExecutor
+    from monitor.fleet import run_backfill
+
+    site, _, reference = engine_rule
+    workers = [DaskWorker(tmp_path / f"w{i}", scheduler.address, name=f"w{i}").start()
+               for i in range(2)]
+    executor = DaskExecutor(scheduler.address, retries=0)  # worker loss is not a retry
+    killed: list[str] = []
+    results: list[dict[str, Any]] = []
+    try:
+        executor.wait_for_workers(2, timeout=40)
+        info = executor.client.scheduler_info(n_workers=-1)["workers"]
+        by_address = {a: next(w for w in workers if w.name == i.get("name"))
+                      for a, i in info.items()}
+        run_backfill([site()], executor, _kill_on_first_result(
+            executor, lambda addr: by_address[addr].kill(), killed, results))
+    finally:
+        executor.close()
+        for w in workers:
+            w.stop()
+    _check_once(results, reference, killed)
+
+
+def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> None:
+    """A ``LocalCluster`` of 2: the worker process holding tasks is SIGKILLed; its nanny
+    starts a new worker process that joins, and every inspection comes back once."""
+    import os
+    import signal
+
+    from monitor.executors import DaskExecutor
+    from monitor.fleet import run_backfill
+
+    site, _, reference = engine_rule
+    executor = DaskExecutor(None, workers=2, retries=0)
+    killed: list[str] = []
+    results: list[dict[str, Any]] = []
+    try:
+        executor.wait_for_workers(2, timeout=60)
+        pids = executor.client.run(os.getpid)  # worker address -> its process id
+        run_backfill([site()], executor, _kill_on_first_result(
+            executor, lambda addr: os.kill(pids[addr], signal.SIGKILL), killed, results))
+        executor.wait_for_workers(2, timeout=60)  # the nanny's new worker joined
+        assert set(executor.client.run(os.getpid).values()).isdisjoint(
+            {pids[a] for a in killed})
+    finally:
+        executor.close()
+    _check_once(results, reference, killed)
+
+SENSORS = ['n131', 'n150', 'n202', 'n23', 'n248', 'n253', 'n262', 'n285', 'n3', 'n313', 'n32',
+           'n323', 'n330', 'n334', 'n340', 'n401', 'n412', 'n447', 'n475', 'n478', 'n566',
+           'n587', 'n607', 'n631', 'n634', 'n657', 'n693', 'n732', 'n747', 'n75']
+
+
+def test_backfill_of_several_sites_matches_each_site_alone(tmp_path: Path) -> None:
+    """A config with two sites (d1's sensors split in two): ``--cluster local:2`` covers
+    both sites, in time order, each result as the site's own single-site backfill gives."""
+    import yaml
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(yaml.safe_dump({
+        "source": {"type": "file", "path": str(D1)}, "sinks": [],
+        "state_dir": str(tmp_path / "state"),
+        "decision": {"history": "3d", "min_history": "2d"},  # fewer history times: faster
+        "sites": [{"id": "west", "sensors": SENSORS[::2]},
+                  {"id": "east", "sensors": SENSORS[1::2]}]}))
+    span = ["--start", "2019-09-15T21:00", "--end", "2019-09-15T22:00", "--every", "1h"]
+
+    def backfill(name: str, *extra: str) -> list[dict[str, Any]]:
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["backfill", "--config", str(config), *span, "--out", str(out),
+                     *extra]) == 0
+        results = [json.loads(line) for line in out.read_text().splitlines()]
+        for r in results:
+            check(r)
+        return results
+
+    fleet = backfill("fleet", "--cluster", "local:2")
+    assert [(r["inspection_time"][11:16], r["site"]) for r in fleet] == [
+        ("21:00", "west"), ("21:00", "east"), ("22:00", "west"), ("22:00", "east")]
+    for site in ("west", "east"):
+        alone = backfill(site, "--site", site)
+        assert_identical(alone, [r for r in fleet if r["site"] == site])

@@ -1,0 +1,62 @@
+"""A process of the agent's pool killed while the inspections of several sites run on it:
+nothing is recorded for what did not come back, a fresh pool runs it again, and in the end
+every inspection of every site is done once, none lost."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from monitor.compose import build_agent
+from monitor.config import validate_config
+from monitor.state import AgentState
+from tests.monitor.test_sites_config import _network
+
+pytestmark = [pytest.mark.timeout(300)]
+
+
+def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
+    _network(tmp_path / "net.csv")
+    out = tmp_path / "results.jsonl"
+    config = validate_config({
+        "state_dir": str(tmp_path / "state"),
+        "source": {"type": "file", "path": str(tmp_path / "net.csv")},
+        "profile": "retrospective",  # engine fits: slow enough to kill a worker mid-run
+        "windows": {"before": "7d", "after": "12h"},
+        "schedule": {"every": "6h", "clock": "data", "poll": "0.2s"},
+        "engine": {"method": "mmd-baseline", "block_size": None, "device": "cpu"},
+        "executor": {"type": "local", "workers": 2},
+        "sinks": [{"type": "jsonl", "path": str(out)}],
+        "sites": [{"id": "north", "sensors": ["n1", "n2", "n3", "n4"]},
+                  {"id": "south", "sensors": ["s1", "s2", "s3", "s4"]}],
+    }, env={})
+    caplog.set_level(logging.INFO)
+    agent = build_agent(config)
+    agent.start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and agent._executor is None:
+            time.sleep(0.05)
+        pool = agent._executor
+        assert pool is not None
+        while time.monotonic() < deadline and not (out.exists() and out.read_text()):
+            time.sleep(0.05)  # the pool is warm: jobs are running on it
+        victim = next(iter(pool._processes))  # a pool process of the agent
+        os.kill(victim, signal.SIGKILL)
+        assert agent.wait_idle(180), agent.due()
+    finally:
+        agent.stop()
+    assert "executor lost a worker process" in caplog.text
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    state = AgentState(tmp_path / "state" / "state.sqlite")
+    for site in ("north", "south"):
+        times = [r["inspection_time"] for r in results if r["site"] == site]
+        # 9 days of data, before 7d, after 12h, every 6h from 01-12 00:00: 7 inspections
+        assert len(times) == len(set(times)) == 7, times
+        assert len(state.for_site(site).done_times()) == 7
+    assert all(r["status"] in ("ok", "firing") for r in results)
+    state.close()
