@@ -1,1 +1,1 @@
-python -m bench.fleet --method mmd-baseline  (2026-11-26 07:05-07:24 UTC)
+python -m bench.fleet --skip throughput sites costs  (2026-11-26 07:53 UTC)

@@ -1,1 +1,1 @@
-python -m bench.fleet --method mmd-baseline --skip sites costs fit_many  (2026-11-26 07:29 UTC)
+python -m bench.fleet --skip sites costs fit_many  (2026-11-26 07:52 UTC)
