@@ -180,9 +180,7 @@ class Agent:
     def _source_failed(self, site: SiteRunner, exc: ConnectorError) -> None:
         """Not an inspection result: nothing is recorded, the site's due inspection runs
         once the source answers again (exponential backoff up to 5 min)."""
-        delay = site.backoff
-        site.retry_at = time.monotonic() + delay
-        site.backoff = min(delay * 2, 300.0)
+        delay = self._backoff(site)
         self.metrics.set_source_connected(False)
         where = "" if len(self.sites) == 1 else f" for site {site.name}"
         log.warning("source unavailable, inspections%s wait (%s); retrying in %.0f s",
@@ -192,6 +190,33 @@ class Agent:
         site.backoff = max(1.0, self.poll.total_seconds())
         if self.metrics.source_connected is False and self.stream is None:
             self.metrics.set_source_connected(True)
+
+    @staticmethod
+    def _backoff(site: SiteRunner) -> float:
+        """The site waits ``site.backoff`` seconds, and the next wait doubles (5 min at
+        most); a result that comes back resets it (:meth:`_source_ok`)."""
+        delay = site.backoff
+        site.retry_at = time.monotonic() + delay
+        site.backoff = min(delay * 2, 300.0)
+        return delay
+
+    def _site_failed(self, site: SiteRunner, what: str) -> None:
+        """One site's trouble (not its source's) never holds the others back: logged, and
+        the site waits with exponential backoff while the others go on."""
+        delay = self._backoff(site)
+        log.exception("site %s: %s; retrying in %.0f s", site.name, what, delay)
+
+    def _next_due(self, site: SiteRunner) -> datetime | None:
+        """The site's oldest due inspection time, None when none is due or it failed."""
+        try:
+            pending = site.due(limit=1)
+        except ConnectorError as exc:
+            self._source_failed(site, exc)
+            return None
+        except Exception:  # noqa: BLE001 - logged with its traceback by _site_failed
+            self._site_failed(site, "finding its due inspections failed")
+            return None
+        return pending[0] if pending else None
 
     def _run_here(self) -> int:
         """Every due inspection, in this thread, one at a time: each site's oldest first,
@@ -205,14 +230,16 @@ class Agent:
                     break
                 if self._waiting(site):
                     continue
+                t = self._next_due(site)
+                if t is None:
+                    continue
                 try:
-                    pending = site.due(limit=1)
-                    if not pending:
-                        continue
-                    t = pending[0]
                     outcome = site.run(t)
                 except ConnectorError as exc:
                     self._source_failed(site, exc)
+                    continue
+                except Exception:  # noqa: BLE001 - e.g. its history backfill failed
+                    self._site_failed(site, f"its inspection at {iso(t)} failed")
                     continue
                 self._finish(site, t, outcome)
                 self._source_ok(site)
@@ -241,32 +268,51 @@ class Agent:
 
     def _submit(self, busy: set[int]) -> tuple[SiteRunner, datetime, Any, Future[Any]] | None:
         """The next site (round robin) that is free and has a due inspection: its job,
-        submitted. None when no site has one."""
-        from monitor.jobs import run_job
-
+        submitted. None when no site has one (or no executor can take it now)."""
         n = len(self.sites)
         for k in range(n):
             i = (self._next_site + k) % n
             site = self.sites[i]
             if i in busy or self._waiting(site):
                 continue
+            t = self._next_due(site)
+            if t is None:
+                continue
             try:
-                pending = site.due(limit=1)
-                if not pending:
-                    continue
-                t = pending[0]
                 job = site.job(t)  # reads the windows here for the agent's store
             except ConnectorError as exc:
                 self._source_failed(site, exc)
                 continue
-            except Exception:  # one site's trouble never holds the others back
-                log.exception("site %s: preparing its inspection failed; retrying in %.0f s",
-                              site.name, site.backoff)
-                site.retry_at = time.monotonic() + site.backoff
+            except Exception:  # noqa: BLE001 - logged with its traceback by _site_failed
+                self._site_failed(site, "preparing its inspection failed")
                 continue
+            future = self._submit_job(job)
+            if future is None:
+                return None  # no executor now: every site waits for the next tick
             self._next_site = (i + 1) % n
             busy.add(i)
-            return site, t, job, self._executor_now().submit(run_job, job)
+            return site, t, job, future
+        return None
+
+    def _submit_job(self, job: Any) -> Future[Any] | None:
+        """Submit one job; a pool that broke while idle (a process died) is replaced once.
+        None when no executor can take it now (logged; the tick ends, the next retries)."""
+        from monitor.jobs import run_job
+
+        for attempt in (1, 2):
+            try:
+                return self._executor_now().submit(run_job, job)
+            except BrokenProcessPool as exc:
+                log.error("the executor lost a worker process while idle (%s); starting a "
+                          "fresh one", exc)
+                self._close_executor()
+                if attempt == 2:
+                    return None
+            except Exception:  # e.g. ExecutorUnavailable: the daemon goes on
+                log.exception("no executor for the due inspections; retrying at the next "
+                              "tick")
+                self._close_executor()
+                return None
         return None
 
     def _run_on_executor(self) -> int:
@@ -285,7 +331,15 @@ class Agent:
                 in_flight[future] = (self.sites.index(site), site, t, job)
             if not in_flight:
                 return ran
-            done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+            if self._stopping.is_set():
+                # Nothing of these was recorded: they run again (same fingerprints) after
+                # the restart. Waiting on them could block a stop for good (a hung task, a
+                # Dask scheduler without workers).
+                for future in in_flight:
+                    future.cancel()
+                return ran
+            done, _ = wait(list(in_flight), timeout=self.poll.total_seconds(),
+                           return_when=FIRST_COMPLETED)
             for future in done:
                 i, site, t, job = in_flight.pop(future)
                 busy.discard(i)
@@ -296,16 +350,19 @@ class Agent:
                     continue
                 except BrokenProcessPool as exc:
                     # a pool process died: nothing was recorded, the inspection runs again
-                    # (same fingerprint) on a fresh pool
+                    # (same fingerprint) on a fresh pool, after the site's backoff: an
+                    # inspection that kills its worker every time must not respawn pools
+                    # in a loop and take the other sites' inspections down with it
                     log.error("executor lost a worker process (%s); site %s at %s runs "
-                              "again", exc, site.name, iso(t))
+                              "again in %.0f s", exc, site.name, iso(t), site.backoff)
                     self._close_executor()
+                    self._backoff(site)
                     continue
                 except Exception as exc:  # noqa: BLE001 - the daemon outlives the executor
                     log.error("inspection of site %s at %s did not come back from the "
-                              "executor (%s: %s); it runs again at the next tick",
-                              site.name, iso(t), type(exc).__name__, exc)
-                    site.retry_at = time.monotonic() + site.backoff
+                              "executor (%s: %s); it runs again in %.0f s",
+                              site.name, iso(t), type(exc).__name__, exc, site.backoff)
+                    self._backoff(site)
                     continue
                 self._finish(site, t, Outcome(result), job)
                 self._source_ok(site)

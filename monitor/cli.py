@@ -200,11 +200,10 @@ def _site_from_path(path: Path) -> str:
 def _window_reader(config: Any) -> tuple[Any, Any]:
     """``(read_window(start, end), close)`` for one-shot commands, over the window source
     that :func:`monitor.compose.build_windows` picks (the source, or the agent's store)."""
-    from monitor.compose import build_windows
+    from monitor.compose import build_windows, one_site
     from monitor.timeutil import format_duration
 
-    windows = build_windows(config, one_shot=True,
-                            site=config.sites[0] if config.sites else None).windows
+    windows = build_windows(config, one_shot=True, site=one_site(config)).windows
     try:
         windows.watermark()  # fail fast (exit 2) on a missing or unreadable source
     except BaseException:
@@ -356,6 +355,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
             try:
                 executor = build_executor(cluster)
+                wait_for_workers = getattr(executor, "wait_for_workers", None)
+                if wait_for_workers is not None:
+                    # a scheduler without workers would take the jobs and never answer
+                    wait = max(15.0, 3 * cluster.connect_timeout.total_seconds())
+                    wait_for_workers(1, timeout=wait)
             except ExecutorUnavailable as exc:
                 raise BadInput(f"--cluster: {exc}") from None
         elif len(configs) > 1:  # several sites, here: one after the other, in time order
@@ -468,7 +472,7 @@ def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> 
     else (a file, the agent's store) by this process, the frames travelling with the jobs."""
     from connectors import registry
     from connectors.base import StreamSource, WindowSource
-    from monitor.compose import build_incidents
+    from monitor.compose import build_incidents, one_site
     from monitor.fleet import SiteBackfill
     from monitor.tracker import SiteTracker
 
@@ -477,9 +481,10 @@ def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> 
     if issubclass(cls, WindowSource) and not issubclass(cls, StreamSource):
         source = config.source
         narrow = getattr(source, "for_site", None)
-        if config.sites and narrow is not None:
-            source = narrow(config.sites[0].id, config.sites[0].sensors)
-        elif config.sites:
+        site = one_site(config)
+        if site is not None and narrow is not None:
+            source = narrow(site.id, site.sensors)
+        elif site is not None:
             source = None  # filtered to the site here (compose.site_source)
     tracker = SiteTracker(inspector, build_incidents(config)) if inspector.calibrated else None
     return SiteBackfill(inspector, times, read, source=source, tracker=tracker)

@@ -104,6 +104,17 @@ def site_source(config: MonitorConfig, site: SiteConfig) -> tuple[WindowSource, 
     return SensorFilter(base, site.sensors), None
 
 
+def one_site(config: MonitorConfig) -> SiteConfig | None:
+    """The site a one-shot command's windows belong to: the (one picked) entry of
+    ``sites``, or, for a single ``site`` over a source that names sites (InfluxDB
+    ``site_tag``), that site, so the command reads the points the agent reads."""
+    if config.sites:
+        return config.sites[0]
+    if getattr(config.source, "names_sites", False):
+        return SiteConfig(id=config.site)
+    return None
+
+
 def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
                   one_shot: bool = False, site: SiteConfig | None = None) -> Feed:
     """The ONE place that asks "stream or window source?"; everything after reads windows
@@ -148,7 +159,7 @@ FLEET_SITE = "fleet"
 def _sink_site(config: MonitorConfig) -> str:
     if not config.sites:
         return config.site
-    return config.sites[0].id if len(config.sites) == 1 else FLEET_SITE
+    return FLEET_SITE  # as documented (docs/mqtt.md), even for a one-entry list
 
 
 def build_sinks(config: MonitorConfig, *, one_shot: bool = False) -> list[Sink]:

@@ -243,7 +243,8 @@ class ExecutorConfig(_Section):
     address: str | None = Field(None, description="Dask scheduler, e.g. tcp://host:8786")
     connect_timeout: Duration = Field(timedelta(seconds=5),
                                       description="give up reaching the scheduler after this")
-    retries: int = Field(3, ge=0, description="Dask: reruns of a task whose worker was lost")
+    retries: int = Field(3, ge=0, description="Dask: reruns of a task that raised (a task whose worker died is "
+                         "rerun by the scheduler, up to its allowed-failures)")
 
     @model_validator(mode="after")
     def _address_for_dask(self) -> ExecutorConfig:

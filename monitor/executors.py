@@ -22,8 +22,9 @@
   ``Client.get_executor(pure=False, retries=...)``; without an address, a
   ``LocalCluster`` of ``workers`` single-threaded worker processes is started and closed
   with the executor. Worker loss is Dask's business: the scheduler reruns the task of a
-  worker that died (``retries`` more times for a task that raised), so every submitted
-  task yields exactly one result. The scheduler's dashboard URL
+  worker that died (up to the scheduler's ``distributed.scheduler.allowed-failures``, 3
+  by default; then the future raises ``KilledWorker``) and ``retries`` more times a task
+  that raised, so a submitted task yields one result or one error, never two results. The scheduler's dashboard URL
   (``Client.dashboard_link``) is logged at INFO when the client connects (the dashboard
   itself needs ``bokeh`` installed where the scheduler runs).
 
@@ -119,19 +120,22 @@ class DaskExecutor(Executor):
             target: Any = self.cluster
         else:
             target = address
+        self.client: Any = None  # set below; close() copes with None
         try:
             self.client = Client(target, timeout=connect_timeout, set_as_default=False)
+            self._executor = self.client.get_executor(pure=False, retries=retries)
+            log.info("executor: dask scheduler %s, %d worker(s); dashboard %s",
+                     self.scheduler_address, self.n_workers(), self.dashboard_link)
         except (OSError, TimeoutError) as exc:
-            if self.cluster is not None:
-                self.cluster.close()
+            self.close()  # never leave a LocalCluster's processes behind
             raise ExecutorUnavailable(
                 f"cannot reach the Dask scheduler at {address} within {connect_timeout:g} s "
                 f"({type(exc).__name__}); start one with `dask scheduler` (and workers with "
                 f"`dask worker {address}`), check the address, or use executor: "
                 "{type: local}") from None
-        self._executor = self.client.get_executor(pure=False, retries=retries)
-        log.info("executor: dask scheduler %s, %d worker(s); dashboard %s",
-                 self.scheduler_address, self.n_workers(), self.dashboard_link)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def scheduler_address(self) -> str:
@@ -170,7 +174,7 @@ class DaskExecutor(Executor):
     def close(self) -> None:
         """Close the client (tasks still running are released) and the LocalCluster if
         this executor started one. Idempotent."""
-        client, self.client = getattr(self, "client", None), None  # type: ignore[assignment]
+        client, self.client = getattr(self, "client", None), None
         if client is not None:
             client.close()
         cluster, self.cluster = self.cluster, None

@@ -21,8 +21,10 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
   each time's statistic computed by :func:`~monitor.jobs.run_detect` on the executor.
 
-Every submitted job yields exactly one result (a Dask worker lost mid-task: the scheduler
-runs the task again elsewhere); a result is emitted once, at its place in time order.
+Every submitted job yields at most one result (a Dask worker lost mid-task: the scheduler
+runs the task again elsewhere, up to its ``allowed-failures``, after which the backfill
+stops with ``KilledWorker``: rerun it); a result is emitted once, at its place in time
+order.
 """
 from __future__ import annotations
 

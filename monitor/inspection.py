@@ -212,13 +212,22 @@ class Inspector:
             fit_many = None
         if self.calibrated or fit_many is None or len(times) < 2:
             return [self.run(t, read_window) for t in times]
+        from connectors.base import ConnectorError
+
         windows: dict[datetime, Windows] = {}
-        for t in times:
-            try:
-                windows[t] = self._windows(t, read_window)
-            except WindowError:
-                pass  # run() below reads the window again and records the error
-        fits = fit_many([(w.before, w.after) for w in windows.values()], errors="return")
+        try:
+            for t in times:
+                try:
+                    windows[t] = self._windows(t, read_window)
+                except WindowError:
+                    pass  # run() below reads the window again and records the error
+            fits = fit_many([(w.before, w.after) for w in windows.values()], errors="return")
+        except ConnectorError:
+            raise  # the source is down: no result, the caller retries (as run() does)
+        except Exception:  # e.g. out of memory in the larger batch: one time at a time
+            log.exception("batched fits of %d inspections failed; running them one by one",
+                          len(times))
+            return [self.run(t, read_window) for t in times]
         prefit = dict(zip(windows, zip(windows.values(), fits, strict=True), strict=True))
         return [self.run(t, read_window, prefit=prefit.get(t)) for t in times]
 

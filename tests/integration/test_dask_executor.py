@@ -106,6 +106,16 @@ def test_unreachable_scheduler_names_the_fix(tmp_path: Path,
     assert not (tmp_path / "x.jsonl").exists() or not (tmp_path / "x.jsonl").read_text()
 
 
+def test_scheduler_without_workers_names_the_fix(scheduler: DaskScheduler, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # jobs sent to a scheduler without workers would never come back: refuse after 15 s
+    code = main(["backfill", "--data", str(D1), *LIVE, "--out", str(tmp_path / "x.jsonl"),
+                 "--cluster", scheduler.address])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "has 0 worker(s)" in err and "dask worker" in err
+
+
 @pytest.fixture(scope="module")
 def engine_rule() -> Iterator[tuple[Any, list[datetime], list[dict[str, Any]]]]:
     """(site backfill factory, times, inline results) under the engine rule: independent

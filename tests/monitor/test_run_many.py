@@ -56,3 +56,16 @@ def test_bad_engine_settings_end_every_time_as_an_error():
                              _read_window)
     assert [o.result["status"] for o in out] == ["error", "error"]
     assert all("engine: need n_splits" in o.result["error"] for o in out)
+
+
+def test_a_failing_batch_falls_back_to_one_time_at_a_time(monkeypatch):
+    from engine import CVAggregation
+
+    def boom(self, pairs, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(CVAggregation, "fit_many", boom)
+    inspector = Inspector("site", SPEC, ENGINE, {"test": "run_many"})
+    out = inspector.run_many([datetime(2024, 3, 3, tzinfo=UTC), datetime(2024, 3, 5, tzinfo=UTC)],
+                             _read_window)
+    assert [o.result["status"] for o in out] == ["ok", "firing"]
