@@ -40,7 +40,7 @@ demo: install
 	$(VENV)/bin/mmdwatch demo
 
 bench: install system-deps
-	$(PY) -m bench.synthetic
+	$(PY) -m bench.synthetic --methods cv-aggregation --merge-peers bench/results/synthetic_peers.csv --jobs 2
 	$(PY) -m bench.speed
 	$(PY) -m bench.ceiling
 	$(PY) -m bench.variants

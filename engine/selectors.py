@@ -11,8 +11,8 @@ K cross-fitted split p-values by ``min(1, (K/k) p_(k))`` with k = ceil(K/2), i.e
 the lower median, which is valid under any dependence between them. With exchangeable
 rows that split p-value is combined with a full-sample permutation test of per-variable
 moments (engine/moment_test.py) as ``min(1, p_split / w, p_moments / (1 - w))`` (weighted
-Bonferroni, w = ``split_weight``, 0.25 by default): still exactly
-valid, and far more powerful for changes of one variable's spread or shape.
+Bonferroni, w = ``split_weight``, 0.25 by default): still exactly valid, and far more
+powerful for changes of one variable's spread or shape.
 
 ``selected`` is filled only when ``p_value < alpha``; ``candidates`` always holds what the
 selection rule picks from the scores (the ranking is kept either way).
@@ -179,10 +179,10 @@ class _Selector:
         ``split_weight``, a weighted Bonferroni combination (valid for any weights fixed
         in advance) of two exactly valid p-values: twice the lower median of the split
         p-values (learned kernels, validation halves; sees joint changes) and the
-        full-sample permutation test of per-variable moments (:mod:`engine.moment_test`; sees changes of one
-        variable's mean, spread or shape with all the rows). Whole blocks (block_size): a
-        full-sample block permutation test, because a validation half has too few blocks
-        to ever reach alpha (see engine/block_test.py).
+        full-sample permutation test of per-variable moments (:mod:`engine.moment_test`;
+        sees changes of one variable's mean, spread or shape with all the rows). Whole
+        blocks (block_size): a full-sample block permutation test, because a validation
+        half has too few blocks to ever reach alpha (see engine/block_test.py).
         """
         if self.block_size is None:
             p_split = combine_split_pvalues(split_p)
@@ -417,9 +417,9 @@ class CVAggregation(_LambdaSelector):
         Pairs of one shape (rows of X, rows of Y, non-constant variables) share one set of
         optimiser passes: their lambda searches are one batch, and their K x L training
         problems are batched (N x K x L problems) up to ``max_batch_bytes`` of precomputed
-        pair differences per batch. Each pair draws from its own random
-        stream, seeded like a single fit, and each problem keeps its own step sizes and
-        early stop, so results equal separate fits up to floating-point rounding (tested).
+        pair differences per batch. Each pair draws from its own random stream, seeded like
+        a single fit, and each problem keeps its own step sizes and early stop, so results
+        equal separate fits up to floating-point rounding (tested).
         ``errors="raise"``: a pair with bad input raises its :class:`EngineError`;
         ``"return"``: that pair's entry is the error and the others are fitted.
         ``runtime_s`` of each result is its share of its batch's time.

@@ -1,1 +1,1 @@
-python -m bench.fleet --method mmd-baseline  (2026-11-26 07:05-07:24 UTC)
+python -m bench.fleet --skip throughput costs fit_many  (2026-11-26 08:12 UTC)
