@@ -126,32 +126,14 @@ def _map_ordered(executor: Executor, fn: Callable[[Any], Any], jobs: Sequence[An
 def backfill_history(site: SiteBackfill, times: list[datetime], executor: Executor) -> int:
     """:meth:`SiteTracker.backfill` with the statistics computed on ``executor``: the
     values and their order in the history are the same. Returns how many were added."""
-    import pandas as pd
-
-    from connectors.timeutil import to_utc
-    from monitor.tracker import cached_reader
-
-    tracker = site.tracker
-    if tracker is None or not times:
+    if site.tracker is None:
         return 0
-    spec = site.inspector.spec
-    frame = site.read_window(pd.Timestamp(min(times) - spec.before),
-                             pd.Timestamp(max(times) + spec.after))
-    if frame.empty:
-        return 0
-    read = cached_reader(frame)
-    first = to_utc(pd.Timestamp(frame["time"].min()))
-    times = [th for th in times if pd.Timestamp(th - spec.before) >= first]
-    jobs = [InspectionJob.with_windows(site.settings, th, read) for th in times]
-    values = _map_ordered(executor, run_detect, jobs, capacity(executor))
-    added = 0
-    for th, value in zip(times, values, strict=True):
-        if value is not None:
-            tracker.history[th] = value
-            added += 1
-    log.info("calibration history of %s: %d of %d past inspection times computed",
-             site.inspector.site, added, len(times))
-    return added
+
+    def detect_many(ts: list[datetime], read: ReadWindow) -> list[float | None]:
+        jobs = [InspectionJob.with_windows(site.settings, th, read) for th in ts]
+        return _map_ordered(executor, run_detect, jobs, capacity(executor))
+
+    return site.tracker.backfill(times, site.read_window, detect_many)
 
 
 def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,

@@ -5,7 +5,7 @@ database with each result, ``backfill`` keeps them for one run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,9 @@ from monitor.timeutil import parse_time
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector, ReadWindow
+
+#: detect_many(times, read_window) -> the detection statistic at each time (None: bad data)
+DetectMany = Callable[[list[datetime], "ReadWindow"], list[float | None]]
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +64,12 @@ class SiteTracker:
         for th in [th for th in self.history if th < horizon]:
             del self.history[th]
 
-    def backfill(self, times: list[datetime], read_window: ReadWindow) -> int:
+    def backfill(self, times: list[datetime], read_window: ReadWindow,
+                 detect_many: DetectMany | None = None) -> int:
         """Compute the statistic at past ``times`` from the source (one read) and add the
-        values to the history. Returns how many could be computed."""
+        values to the history. ``detect_many(times, read)``: the statistics of those times
+        (default: ``inspector.detect`` one after the other; a backfill passes one that
+        maps them over its executor). Returns how many could be computed."""
         if not times:
             return 0
         spec = self.inspector.spec
@@ -76,14 +82,15 @@ class SiteTracker:
         first = pd.Timestamp(frame["time"].min())
         first = to_utc(first)
         times = [th for th in times if pd.Timestamp(th - spec.before) >= first]
+        values = (detect_many(times, read) if detect_many is not None
+                  else [self.inspector.detect(th, read) for th in times])
         added = 0
-        for th in times:
-            value = self.inspector.detect(th, read)
+        for th, value in zip(times, values, strict=True):
             if value is not None:
                 self.history[th] = value
                 added += 1
-        log.info("calibration history: %d of %d past inspection times computed",
-                 added, len(times))
+        log.info("calibration history of %s: %d of %d past inspection times computed",
+                 self.inspector.site, added, len(times))
         return added
 
 
