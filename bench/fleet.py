@@ -8,9 +8,11 @@ week of hourly inspections, and the per-job costs the README's scaling model use
    decided by the engine rule so each inspection is one CV-aggregation fit, the compute
    an inspection costs when it fires), run by ``monitor.fleet.run_backfill`` on a Dask
    ``LocalCluster`` of 1 and of 2 single-threaded worker processes and on the local process
-   pool of 2. Workers are warmed up first (imports), cluster start-up is not timed.
-   Results are checked identical (fingerprints, statuses, selected sensors, p-values
-   within 1e-6) across the executors.
+   pool of 2, one inspection per job, then on 2 workers with ``run_backfill``'s default
+   batches (consecutive times as one ``InspectionBatch``, fits through ``fit_many``).
+   Workers are warmed up first (imports), cluster start-up is not timed. Results are
+   checked identical (fingerprints, statuses, selected sensors, p-values within 1e-6)
+   across the executors.
 2. **Sites** (``--sites 20 --days 7``): 20 simulated district networks
    (``monitor.simulate``, 20 sensors each, a leak in every fourth), live profile
    (calibrated; the history before the first time computed on the workers too), hourly
@@ -19,10 +21,14 @@ week of hourly inspections, and the per-job costs the README's scaling model use
 3. **Per-job costs** behind the scaling model: the agent's read + job build per
    inspection, the pickled job size, Dask's round trip per trivial task, and the outbox
    commit per result (``AgentState.commit_inspection``, SQLite ``synchronous=FULL``).
-4. **fit_many** (the lead's batched fits, ``CVAggregation.fit_many``): 24 same-shape
-   inspections batched against 24 separate fits, when the engine has it.
+4. **fit_many**: ``CVAggregation.fit_many`` of 24 same-shape inspections (consecutive hours
+   of d1) against 24 ``fit`` calls, with the agreement of their results.
+5. **Optimiser batches**: one fit's training problems (10 splits x 6 lambdas) solved in
+   one batch with 0, 1, 2, 5, 11 copies of themselves: the cost per fit, i.e. what
+   batching fits together can save on this device.
 
-Writes ``bench/results/fleet/{throughput,sites,costs,fit_many}.csv`` and ``fleet.md``.
+Writes ``bench/results/fleet/<part>.csv`` (throughput, sites, costs, fit_many,
+optimiser_batches) and ``fleet.md``; ``--skip`` keeps an earlier run's table of a part.
 The machine is a shared 2-core VM: other jobs' load is recorded with each table.
 """
 from __future__ import annotations
@@ -161,22 +167,26 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
 # ------------------------------------------------------------------------------------------
 # 1. throughput
 # ------------------------------------------------------------------------------------------
-def throughput(n: int, method: str, cases: list[tuple[str, int]]) -> pd.DataFrame:
-    from monitor.fleet import SiteBackfill, run_backfill
+def throughput(n: int, method: str, cases: list[tuple[str, int, int | None]]) -> pd.DataFrame:
+    """``cases``: (executor kind, workers, times per job: 1, or None for run_backfill's
+    default batches)."""
+    from monitor.fleet import SiteBackfill, batch_size, run_backfill
 
     _, inspector, read = _d1_site("engine", method)
     t0 = datetime(2019, 9, 10, tzinfo=UTC)
     times = [t0 + timedelta(hours=h) for h in range(n)]
     rows, reference = [], None
-    for kind, workers in cases:
+    for kind, workers, batch in cases:
         executor = _executor(kind, workers)
         try:
             _warm_up(executor, workers)
+            per_job = batch or batch_size(executor, n)
             results: list[dict[str, Any]] = []
             load = _load()
             cpu0, agent0 = _workers_cpu(executor), _process_cpu()
             start = time.perf_counter()
-            run_backfill([SiteBackfill(inspector, times, read)], executor, results.append)
+            run_backfill([SiteBackfill(inspector, times, read)], executor, results.append,
+                         batch=per_job)
             wall = time.perf_counter() - start
             cpu, agent = _workers_cpu(executor) - cpu0, _process_cpu() - agent0
         finally:
@@ -184,6 +194,7 @@ def throughput(n: int, method: str, cases: list[tuple[str, int]]) -> pd.DataFram
         reference = reference or results
         runtime = np.array([r["generator"]["runtime_s"] for r in results])
         rows.append({"executor": f"{kind}:{workers}", "workers": workers,
+                     "times_per_job": per_job,
                      "inspections": len(results), "wall_s": round(wall, 1),
                      "inspections_per_s": round(len(results) / wall, 3),
                      "mean_inspection_s": round(float(runtime.mean()), 3),
@@ -191,10 +202,11 @@ def throughput(n: int, method: str, cases: list[tuple[str, int]]) -> pd.DataFram
                      "cores_obtained": round(cpu / wall, 2),
                      "agent_cpu_s_per_inspection": round(agent / len(results), 4),
                      "identical_to_first": same(reference, results), "load_1_5_15": load})
-        log.warning("throughput %s:%d: %d in %.1f s (%.3f/s), load %s", kind, workers,
-                    len(results), wall, len(results) / wall, load)
+        log.warning("throughput %s:%d, %d per job: %d in %.1f s (%.3f/s), load %s", kind,
+                    workers, per_job, len(results), wall, len(results) / wall, load)
     frame = pd.DataFrame(rows)
-    one = frame.loc[frame["executor"] == "dask:1", "inspections_per_s"]
+    one = frame.loc[(frame["executor"] == "dask:1") & (frame["times_per_job"] == 1),
+                    "inspections_per_s"]
     base = float(one.iloc[0]) if len(one) else float("nan")
     frame["speedup_vs_dask_1"] = (frame["inspections_per_s"] / base).round(2)
     return frame
@@ -338,27 +350,29 @@ def costs(n: int = 200) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------
-# 4. fit_many (the lead's batched fits)
+# 4. fit_many
 # ------------------------------------------------------------------------------------------
-def fit_many(n: int = 24) -> pd.DataFrame | None:
-    """24 same-shape inspections (d1, consecutive hours): ``CVAggregation().fit_many`` vs
-    24 ``fit`` calls. None when the engine has no ``fit_many`` yet."""
-    # ---- LEAD: fit_many vs one-by-one -----------------------------------------------------
-    # Filled in by the lead's engine change; runs only once CVAggregation.fit_many exists.
-    from engine import CVAggregation
+def _d1_pairs(n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (before, after) windows of ``n`` consecutive hourly d1 inspections (168 x 30
+    and 16 x 30: one shape)."""
     from monitor.windows import build_windows
 
-    if not hasattr(CVAggregation, "fit_many"):
-        log.warning("fit_many: engine.CVAggregation has no fit_many yet; skipped")
-        return None
     _, inspector, read = _d1_site("engine", "cv-aggregation")
     t0 = datetime(2019, 9, 10, tzinfo=UTC)
     pairs = []
     for h in range(n):
-        t = t0 + timedelta(hours=h)
-        start, t_utc, end = inspector.spec.bounds(t)
+        start, t_utc, end = inspector.spec.bounds(t0 + timedelta(hours=h))
         w = build_windows(read(start, end), t_utc, inspector.spec)
         pairs.append((w.before.to_numpy(), w.after.to_numpy()))
+    return pairs
+
+
+def fit_many(n: int = 24) -> pd.DataFrame:
+    """``CVAggregation().fit_many`` of ``n`` same-shape inspections against ``n`` ``fit``
+    calls: wall times, and whether the results agree."""
+    from engine import CVAggregation
+
+    pairs = _d1_pairs(n)
     load = _load()
     started = time.perf_counter()
     separate = [CVAggregation(seed=0).fit(x, y) for x, y in pairs]
@@ -370,12 +384,68 @@ def fit_many(n: int = 24) -> pd.DataFrame | None:
                 zip(separate, batched, strict=True))
     dp = max(abs(float(a.p_value) - float(b.p_value))
              for a, b in zip(separate, batched, strict=True))
-    return pd.DataFrame([{"fits": n, "one_by_one_s": round(one_by_one, 2),
+    return pd.DataFrame([{"fits": n, "device": str(batched[0].device),
+                          "one_by_one_s": round(one_by_one, 2),
                           "fit_many_s": round(many, 2),
                           "speedup": round(one_by_one / many, 2),
                           "same_selected": f"{agree}/{n}", "max_p_diff": dp,
                           "load_1_5_15": load}])
-    # ---- end LEAD -------------------------------------------------------------------------
+
+
+def optimiser_batches(sizes: tuple[int, ...] = (1, 2, 3, 6, 12), reps: int = 3
+                      ) -> pd.DataFrame:
+    """Where fit_many's time goes: the training optimiser of one d1 fit (10 splits x 6
+    lambdas, the bulk of a fit) run for 1, 2, 3, 6, 12 fits' problems as one batch
+    (``ProblemSet.concat``), best of ``reps``: its cost per fit. Flat on a CPU means that
+    batching fits cannot make them much cheaper there (the work per data set is the same
+    and already vectorised); on a GPU it falls with the batch."""
+    import torch
+
+    from engine import CVAggregation
+    from engine._fitting import torch_threads
+
+    x, y = _d1_pairs(1)[0]
+    selector = CVAggregation(seed=0)
+    prep = selector._prepare(x, y)
+    lambdas, _ = selector._lambda_candidates_many([prep])[0]
+    with torch.no_grad():
+        setup = selector._split_setup(prep, lambdas, selector.n_splits,
+                                      np.random.default_rng(selector.seed))
+    problems, lam_one, init_one = setup.train, setup.lam.expand(setup.train.n_sets, -1), \
+        setup.init
+    rows = []
+    load = _load()
+    with torch_threads(selector.n_threads):  # as in a fit: one thread by default
+        for size in sizes:
+            rows.append(_time_batch(problems, lam_one, init_one, size, reps,
+                                    selector.objective))
+    frame = pd.DataFrame(rows)
+    frame["device"] = str(prep.device)
+    frame["load_1_5_15"] = load
+    return frame
+
+
+def _time_batch(problems: Any, lam_one: Any, init_one: Any, size: int, reps: int,
+                objective: str) -> dict[str, Any]:
+    """Best-of-``reps`` time of ``size`` copies of one fit's training problems."""
+    import torch
+
+    from engine.optimiser import minimise
+    from engine.problems import ProblemSet
+
+    batch = ProblemSet.concat([problems] * size)
+    lam = torch.cat([lam_one] * size)
+    init = torch.cat([init_one] * size)
+    best, epochs = float("inf"), 0
+    for _ in range(reps):
+        started = time.perf_counter()
+        result = minimise(batch, lam, objective=objective, init=init)  # type: ignore[arg-type]
+        best = min(best, time.perf_counter() - started)
+        epochs = result.total_epochs
+    return {"fits_in_batch": size, "data_sets": batch.n_sets,
+            "problems": batch.n_sets * lam.shape[-1], "epochs": epochs,
+            "batch_s": round(best, 3), "per_fit_s": round(best / size, 3),
+            "torch_threads": torch.get_num_threads()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -398,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--workers", type=int, default=2, help="workers of the sites backfill")
     ap.add_argument("--skip", nargs="*", default=[],
-                    choices=["throughput", "sites", "costs", "fit_many"])
+                    choices=["throughput", "sites", "costs", "fit_many",
+                             "optimiser_batches"])
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -407,9 +478,11 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], pd.DataFrame | None]] = {
         "costs": costs,
         "throughput": lambda: throughput(args.inspections, args.method,
-                                         [("dask", 1), ("dask", 2), ("local", 2)]),
+                                         [("dask", 1, 1), ("dask", 2, 1), ("local", 2, 1),
+                                          ("dask", 2, None), ("local", 2, None)]),
         "sites": lambda: sites(args.sites, args.days, args.workers, "dask"),
         "fit_many": fit_many,
+        "optimiser_batches": optimiser_batches,
     }
     command = "python -m bench.fleet " + " ".join(argv if argv is not None else sys.argv[1:])
     frames: dict[str, pd.DataFrame | None] = {}
@@ -437,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                   "in every fourth; history before the first time included in the wall.")),
         "costs": ("Per-job costs (scaling model)", ""),
         "fit_many": ("fit_many vs one-by-one (24 same-shape inspections)", ""),
+        "optimiser_batches": ("The training optimiser of one fit, batched with copies of itself",
+                              ("One d1 fit's 10 x 6 training problems solved in one batch "
+                               "with copies of themselves: the cost per fit.")),
     }
     for name, (title, note) in titles.items():
         if name in frames:

@@ -424,6 +424,13 @@ class Agent:
             wm = site.windows.watermark()
             if wm is not None:
                 self._prune([site], wm.timestamp(), site.site)
+        newest = self.store.last_time_s()
+        if newest is not None:  # sites no longer configured: behind the newest of all
+            removed = self.store.prune_others(newest - self.retention.total_seconds(),
+                                              [s.site for s in self.sites if s.site])
+            if removed:
+                log.info("store: dropped %d old readings of sites no longer configured",
+                         removed)
 
     def _prune(self, sites: list[SiteRunner], newest: float | None, key: str | None) -> None:
         assert self.store is not None

@@ -401,17 +401,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return _finish_publishing(publisher, args)
 
 
-#: Engine-rule backfills fit this many inspection times together (Inspector.run_many ->
-#: CVAggregation.fit_many); small enough that the progress bar moves every few seconds.
-BACKFILL_BATCH = 24
-
-
 def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], out: Any,
                      publisher: Any) -> list[dict[str, Any]]:
     """The backfill in this process, written in time order: under the calibrated rule one
     inspection after the other (each p-value needs the history before it), under the engine
-    rule ``BACKFILL_BATCH`` times at a time through ``Inspector.run_many``."""
+    rule ``monitor.fleet.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
     from tqdm import tqdm
+
+    from monitor.fleet import MAX_BATCH
 
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
@@ -419,7 +416,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
     results: list[dict[str, Any]] = []
     with tqdm(total=len(times), desc="backfill", unit="insp", file=sys.stderr, disable=False,
               dynamic_ncols=True) as bar:
-        step = 1 if tracker is not None else BACKFILL_BATCH
+        step = 1 if tracker is not None else MAX_BATCH
         for start in range(0, len(times), step):
             chunk = times[start:start + step]
             if tracker is None:

@@ -5,8 +5,11 @@ Each inspection is an :class:`~monitor.jobs.InspectionJob` run by
 :func:`~monitor.jobs.run_job` on the executor (:mod:`monitor.executors`). What keeps the
 results identical to ``mmdwatch backfill`` without ``--cluster``:
 
-* **Engine rule** (retrospective profile): inspections are independent; all are submitted,
-  and only the order of output is restored here.
+* **Engine rule** (retrospective profile): inspections are independent; consecutive times
+  of a site travel together as one :class:`~monitor.jobs.InspectionBatch` (up to
+  :data:`MAX_BATCH`, fewer when there are few times per worker), run by
+  :func:`~monitor.jobs.run_batch` with their fits batched (``CVAggregation.fit_many``), and
+  only the order of output is restored here.
 * **Calibrated rule** (live profile): the p-value at t uses the history of the detection
   statistic at earlier times whose after window ended by t, *without* the firing ones, so
   it depends on earlier decisions. The job at t is submitted once every earlier result it
@@ -21,10 +24,12 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
   each time's statistic computed by :func:`~monitor.jobs.run_detect` on the executor.
 
-Every submitted job yields at most one result (a Dask worker lost mid-task: the scheduler
-runs the task again elsewhere, up to its ``allowed-failures``, after which the backfill
-stops with ``KilledWorker``: rerun it); a result is emitted once, at its place in time
-order.
+Every submitted job yields its results at most once (a Dask worker lost mid-task: the
+scheduler runs the task again elsewhere, up to its ``allowed-failures``); a result is
+emitted once, at its place in time order. A job that still ends in ``KilledWorker`` (it
+took its worker down every time: out of memory, a crash in native code) is not fatal: a
+batch is split into one job per time, and a single inspection that kills its worker ends
+as an ``error`` result naming the cause, so the rest of the backfill goes on.
 """
 from __future__ import annotations
 
@@ -35,7 +40,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from monitor.jobs import InspectionJob, InspectorSettings, run_detect, run_job
+from monitor.jobs import (
+    InspectionBatch,
+    InspectionJob,
+    InspectorSettings,
+    run_batch,
+    run_detect,
+    run_job,
+)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -45,9 +57,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SiteBackfill", "backfill_history", "capacity", "run_backfill"]
+__all__ = ["MAX_BATCH", "SiteBackfill", "backfill_history", "batch_size", "capacity",
+           "run_backfill"]
 
 OnResult = Callable[[dict[str, Any]], None]
+
+#: Engine-rule inspections of one site fitted together (one InspectionBatch, one
+#: ``fit_many``); small enough that results, and the progress bar, come every few seconds.
+MAX_BATCH = 24
 
 
 @dataclass
@@ -79,6 +96,20 @@ class SiteBackfill:
             return InspectionJob.with_source(self.settings, t, self.source, history)
         return InspectionJob.with_windows(self.settings, t, self.read_window, history)
 
+    def batch_job(self, first: int, stop: int) -> InspectionBatch:
+        """The engine-rule times ``first .. stop - 1`` as one batch."""
+        times = self.times[first:stop]
+        if self.source is not None:
+            return InspectionBatch.with_source(self.settings, times, self.source)
+        return InspectionBatch.with_windows(self.settings, times, self.read_window)
+
+    def units(self, batch: int) -> list[tuple[int, int]]:
+        """The ``(first, stop)`` index ranges of times that travel as one job: runs of up
+        to ``batch`` consecutive times under the engine rule, single times under the
+        calibrated rule (each needs the results before it)."""
+        size = 1 if self.tracker is not None else max(1, batch)
+        return [(i, min(i + size, len(self.times))) for i in range(0, len(self.times), size)]
+
     def needs(self) -> list[int]:
         """For each time, how many earlier results must be observed before its job can be
         built: those whose after window ended by it (calibrated rule), else none."""
@@ -105,6 +136,18 @@ def capacity(executor: Executor) -> int:
     if isinstance(executor, DaskExecutor):
         return max(4, 4 * executor.n_workers())
     return 8
+
+
+def batch_size(executor: Executor, n_times: int) -> int:
+    """Times per engine-rule job: enough jobs to keep every worker busy (the executor's
+    :func:`capacity` of them) and at most :data:`MAX_BATCH`."""
+    return max(1, min(MAX_BATCH, n_times // capacity(executor)))
+
+
+def _killed_worker(exc: BaseException) -> bool:
+    """Dask gave up on a task whose worker died ``allowed-failures`` times (by name: the
+    local pool never raises it, and importing distributed for it is not worth it)."""
+    return type(exc).__name__ == "KilledWorker"
 
 
 def _map_ordered(executor: Executor, fn: Callable[[Any], Any], jobs: Sequence[Any],
@@ -137,43 +180,85 @@ def backfill_history(site: SiteBackfill, times: list[datetime], executor: Execut
 
 
 def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,
-                 *, max_in_flight: int | None = None) -> int:
+                 *, max_in_flight: int | None = None, batch: int | None = None) -> int:
     """Run every site's inspections on ``executor``; ``on_result(result)`` is called once
     per inspection, in time order (ties: in the order of ``sites``), after its site's
-    tracker observed it (incident attached). Returns the number of results.
+    tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
+    :func:`batch_size`; 1: one job per time). Returns the number of results.
 
     An exception from a job (a source a worker cannot read, a broken process pool) is
     raised here after the jobs in flight are cancelled; what was emitted stays emitted.
+    ``KilledWorker`` is not raised: see the module's docstring.
     """
     limit = max_in_flight or capacity(executor)
+    if batch is None:
+        batch = batch_size(executor, sum(len(s.times) for s in sites if s.tracker is None))
     needs = [s.needs() for s in sites]
+    units = [s.units(batch) for s in sites]
     done: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # results not yet observed
     observed: list[int] = [0] * len(sites)  # per site: results observed so far
-    submitted: list[int] = [0] * len(sites)  # per site: jobs submitted so far
+    submitted: list[int] = [0] * len(sites)  # per site: units submitted so far
+    retry: list[tuple[int, int, int]] = []  # (site, first, stop) split from killed batches
     order = sorted(((t, k, i) for k, s in enumerate(sites) for i, t in enumerate(s.times)),
                    key=lambda x: (x[0], x[1]))
     ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # observed, not emitted
     emitted = 0
-    pending: dict[Future[dict[str, Any]], tuple[int, int]] = {}
+    pending: dict[Future[Any], tuple[int, int, int]] = {}
+
+    def submit(k: int, first: int, stop: int) -> None:
+        site = sites[k]
+        future = (executor.submit(run_job, site.job(first)) if site.tracker is not None
+                  else executor.submit(run_batch, site.batch_job(first, stop)))
+        pending[future] = (k, first, stop)
+
+    def next_unit(k: int) -> tuple[int, int] | None:
+        """Site k's next unit when its job can be built now."""
+        if submitted[k] >= len(units[k]):
+            return None
+        first, stop = units[k][submitted[k]]
+        return (first, stop) if observed[k] >= needs[k][first] else None
 
     def submit_ready() -> None:
         # time order across sites, so the earliest results (the ones output waits for)
-        # are computed first
-        progressed = True
-        while progressed and len(pending) < limit:
-            progressed = False
+        # are computed first; split-off retries before anything new
+        while retry and len(pending) < limit:
+            submit(*retry.pop(0))
+        while len(pending) < limit:
             best: tuple[datetime, int] | None = None
             for k, s in enumerate(sites):
-                i = submitted[k]
-                if i < len(s.times) and observed[k] >= needs[k][i] and (
-                        best is None or s.times[i] < best[0]):
-                    best = (s.times[i], k)
-            if best is not None:
-                k = best[1]
-                i = submitted[k]
-                pending[executor.submit(run_job, sites[k].job(i))] = (k, i)
-                submitted[k] += 1
-                progressed = True
+                unit = next_unit(k)
+                if unit is not None and (best is None or s.times[unit[0]] < best[0]):
+                    best = (s.times[unit[0]], k)
+            if best is None:
+                return
+            k = best[1]
+            submit(k, *units[k][submitted[k]])
+            submitted[k] += 1
+
+    def collect(future: Future[Any], k: int, first: int, stop: int) -> None:
+        """Store a finished job's results (or what replaces them after KilledWorker)."""
+        try:
+            value = future.result()
+        except Exception as exc:
+            if not _killed_worker(exc):
+                raise
+            if stop - first > 1:
+                log.warning("a batch of %d inspections of %s killed its worker each time it "
+                            "ran (%s); running them one by one", stop - first,
+                            sites[k].inspector.site, exc)
+                retry.extend((k, i, i + 1) for i in range(first, stop))
+                return
+            t = sites[k].times[first]
+            log.error("the inspection of %s at %s killed its worker each time it ran "
+                      "(%s); recorded as an error", sites[k].inspector.site, t, exc)
+            done[k][first] = sites[k].inspector.failed(
+                t, "its worker process died each time it ran it (Dask KilledWorker: out of "
+                   "memory, or a crash in native code); run it alone with `mmdwatch inspect "
+                   "--at` to see why, or give the workers more memory")
+            return
+        results = value if isinstance(value, list) else [value]
+        for i, result in zip(range(first, stop), results, strict=True):
+            done[k][i] = result
 
     try:
         while emitted < len(order):
@@ -181,8 +266,7 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
             if pending:
                 finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                 for f in finished:
-                    k, i = pending.pop(f)
-                    done[k][i] = f.result()
+                    collect(f, *pending.pop(f))
             for k, s in enumerate(sites):  # observe each site's results in time order
                 while observed[k] in done[k]:
                     result = done[k].pop(observed[k])
@@ -196,9 +280,8 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
                     break
                 on_result(ready_out[k].pop(i))
                 emitted += 1
-            if not pending and emitted < len(order) and not any(
-                    submitted[k] < len(s.times) and observed[k] >= needs[k][submitted[k]]
-                    for k, s in enumerate(sites)):
+            if not pending and not retry and emitted < len(order) and not any(
+                    next_unit(k) is not None for k in range(len(sites))):
                 raise RuntimeError("backfill stalled: no job ready and none in flight")
     except BaseException:
         for f in pending:

@@ -281,6 +281,14 @@ class Inspector:
                                    else None, result.sensors)
         return Outcome(result.to_dict(), windows)
 
+    def failed(self, t: datetime, message: str) -> dict[str, Any]:
+        """The result JSON of an inspection at ``t`` that could not be run at all (status
+        error, ``message`` as its error), e.g. one whose worker process died every time."""
+        result = self._base(t)
+        self._fail(result, message)
+        result.summary = summarise(result.status, t, 0, [], None, message)
+        return result.to_dict()
+
     @staticmethod
     def _fail(result: InspectionResult, message: str) -> None:
         result.status = "error"

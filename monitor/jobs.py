@@ -32,6 +32,12 @@ Windows come in one of two ways:
 worker decides nothing beyond the one inspection: incidents and the history itself are
 advanced by the caller, in time order, when results come back (:mod:`monitor.fleet`).
 
+An :class:`InspectionBatch` carries several times of one site under the engine rule (no
+history), with one frame of their whole span or the source; :func:`run_batch` runs them
+through ``Inspector.run_many``, so their engine fits share one batched tensor program
+(``CVAggregation.fit_many``) and the agent reads and ships one frame instead of one per
+time. Its results equal one :func:`run_job` per time.
+
 :func:`run_detect` returns the detection statistic alone (a history value) for the same
 job, for computing a calibration history on workers.
 
@@ -42,7 +48,7 @@ every other failure ends as a result with ``status: error``, exactly as inline.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -59,8 +65,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InspectionJob", "InspectorSettings", "JobError", "SourceRead", "run_detect",
-           "run_job"]
+__all__ = ["InspectionBatch", "InspectionJob", "InspectorSettings", "JobError", "SourceRead",
+           "run_batch", "run_detect", "run_job"]
 
 
 class JobError(ValueError):
@@ -153,34 +159,99 @@ class InspectionJob:
                     history: np.ndarray | tuple[float, ...] | None = None) -> InspectionJob:
         """A job whose worker reads its own window from ``source`` (a window source's
         connector config, e.g. ``config.source`` of ``type: influxdb``)."""
-        from monitor.timeutil import format_duration
-
-        spec = inspector.spec
-        read = SourceRead(source, resample=format_duration(spec.resample),
-                          aggregate=spec.aggregate)
-        return cls(inspector, t, _history(history), source=read)
+        return cls(inspector, t, _history(history), source=_source_read(inspector, source))
 
     def read_window(self) -> ReadWindow:
         """The worker's ``read_window(start, end)``: the carried frame (as is, for the
         inspection's own bounds; sliced for any other range) or a read of the source."""
-        if self.source is not None:
-            return self.source.read
-        frame = self.frame
-        assert frame is not None
         start, _, end = self.inspector.spec.bounds(self.inspection_time)
-        sliced: Callable[[pd.Timestamp, pd.Timestamp], pd.DataFrame] | None = None
+        return _carried_reader(self.frame, self.source, (start, end))
 
-        def read(a: pd.Timestamp, b: pd.Timestamp) -> pd.DataFrame:
-            nonlocal sliced
-            if a == start and b == end:
-                return frame
-            if sliced is None:
-                from monitor.tracker import cached_reader
 
-                sliced = cached_reader(frame)
-            return sliced(a, b)
+@dataclass(frozen=True)
+class InspectionBatch:
+    """Several inspection times of one site under the engine rule, run together by
+    :func:`run_batch` (``Inspector.run_many``: their fits share one batched tensor program,
+    ``CVAggregation.fit_many``). Give exactly one of ``frame`` (the readings of the whole
+    span ``[times[0] - B, times[-1] + A)``, one read by the agent instead of one per time)
+    or ``source``. No history: the calibrated rule's p-value at t depends on the results
+    before t, so its inspections travel one per :class:`InspectionJob`.
+    """
 
-        return read
+    inspector: InspectorSettings
+    times: tuple[datetime, ...]
+    frame: pd.DataFrame | None = field(default=None, repr=False)
+    source: SourceRead | None = None
+
+    def __post_init__(self) -> None:
+        if (self.frame is None) == (self.source is None):
+            raise JobError("an InspectionBatch needs exactly one of frame= (the span the "
+                           "agent read) or source= (a SourceRead for the worker to read)")
+        if not self.times or list(self.times) != sorted(self.times):
+            raise JobError("an InspectionBatch needs one or more times in increasing order")
+        if self.inspector.decision.rule == "calibrated":
+            raise JobError("the calibrated rule needs each inspection's history: send "
+                           "InspectionJobs one at a time, not an InspectionBatch")
+
+    @property
+    def site(self) -> str:
+        return self.inspector.site
+
+    def span(self) -> tuple[pd.Timestamp, pd.Timestamp]:
+        """``[times[0] - B, times[-1] + A)``: every window of the batch lies inside."""
+        spec = self.inspector.spec
+        return spec.bounds(self.times[0])[0], spec.bounds(self.times[-1])[2]
+
+    @classmethod
+    def with_windows(cls, inspector: InspectorSettings, times: Sequence[datetime],
+                     read_window: ReadWindow) -> InspectionBatch:
+        """A batch carrying the readings of its whole span, read here in one query."""
+        spec = inspector.spec
+        ts = tuple(sorted(times))
+        return cls(inspector, ts, frame=read_window(spec.bounds(ts[0])[0],
+                                                    spec.bounds(ts[-1])[2]))
+
+    @classmethod
+    def with_source(cls, inspector: InspectorSettings, times: Sequence[datetime],
+                    source: BaseModel) -> InspectionBatch:
+        """A batch whose worker reads each window from ``source`` itself (InfluxDB: the
+        same server-side bins as one job per time)."""
+        return cls(inspector, tuple(sorted(times)), source=_source_read(inspector, source))
+
+    def read_window(self) -> ReadWindow:
+        """The worker's ``read_window``: slices of the carried span, or source reads."""
+        return _carried_reader(self.frame, self.source, None)
+
+
+def _source_read(inspector: InspectorSettings, source: BaseModel) -> SourceRead:
+    """How a worker reads the windows of ``inspector`` from ``source`` itself."""
+    from monitor.timeutil import format_duration
+
+    spec = inspector.spec
+    return SourceRead(source, resample=format_duration(spec.resample), aggregate=spec.aggregate)
+
+
+def _carried_reader(frame: pd.DataFrame | None, source: SourceRead | None,
+                    own: tuple[pd.Timestamp, pd.Timestamp] | None) -> ReadWindow:
+    """``read_window`` over what a job carries: ``source`` reads, or the ``frame`` itself
+    for the range ``own`` it was read for and slices of it (sorted once, on first use) for
+    any other range."""
+    if source is not None:
+        return source.read
+    assert frame is not None
+    sliced: Callable[[pd.Timestamp, pd.Timestamp], pd.DataFrame] | None = None
+
+    def read(a: pd.Timestamp, b: pd.Timestamp) -> pd.DataFrame:
+        nonlocal sliced
+        if own is not None and a == own[0] and b == own[1]:
+            return frame
+        if sliced is None:
+            from monitor.tracker import cached_reader
+
+            sliced = cached_reader(frame)
+        return sliced(a, b)
+
+    return read
 
 
 def _history(values: np.ndarray | tuple[float, ...] | None) -> tuple[float, ...] | None:
@@ -198,6 +269,15 @@ def run_job(job: InspectionJob) -> dict[str, Any]:
     history = None if job.history is None else np.asarray(job.history, dtype=float)
     outcome = inspector.run(job.inspection_time, job.read_window(), history)
     return outcome.result
+
+
+def run_batch(batch: InspectionBatch) -> list[dict[str, Any]]:
+    """Run a batch's inspections (``Inspector.run_many``); their result JSON dicts in the
+    order of ``batch.times``, each as :func:`run_job` would give it. Picklable,
+    module-level, no state, like :func:`run_job`."""
+    inspector = batch.inspector.build()
+    outcomes = inspector.run_many(list(batch.times), batch.read_window())
+    return [outcome.result for outcome in outcomes]
 
 
 def run_detect(job: InspectionJob) -> float | None:

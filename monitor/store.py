@@ -18,7 +18,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -169,17 +169,35 @@ class ReadingStore(WindowSource):
     def prune(self, before: float, site: str | None = None) -> int:
         """Delete readings older than ``before`` (epoch s), of one ``site`` only when given
         (multi-site keys); return how many went."""
-        removed = 0
         with self._write_lock:
             ids = list(self._sensor_ids.values()) if site is None else self._site_ids(site)
-            self._writer.execute("BEGIN IMMEDIATE")
-            for sid in ids:  # range deletes on the (sensor, time) key
-                removed += self._writer.execute(
-                    "DELETE FROM readings WHERE sensor_id = ? AND time < ?", (sid, before)
-                ).rowcount
-            self._writer.execute("COMMIT")
+            removed = self._delete_older(ids, before)
         if removed:
             log.debug("pruned %d readings older than %s", removed, before)
+        return removed
+
+    def prune_others(self, before: float, sites: Collection[str]) -> int:
+        """Delete readings older than ``before`` (epoch s) of every key that belongs to none
+        of ``sites``: a site since removed from the config, or the bare keys of an earlier
+        single-site config. Nothing inspects them any more, so they age out under the
+        same retention as the rest; return how many went."""
+        prefixes = tuple(site + SITE_SEP for site in sites)
+        with self._write_lock:
+            return self._delete_older([i for name, i in list(self._sensor_ids.items())
+                                       if not name.startswith(prefixes)], before)
+
+    def _delete_older(self, ids: list[int], before: float) -> int:
+        """Delete the readings of sensor ``ids`` older than ``before`` in one transaction
+        (range deletes on the (sensor, time) key); the caller holds the write lock."""
+        if not ids:
+            return 0
+        removed = 0
+        self._writer.execute("BEGIN IMMEDIATE")
+        for sid in ids:
+            removed += self._writer.execute(
+                "DELETE FROM readings WHERE sensor_id = ? AND time < ?", (sid, before)
+            ).rowcount
+        self._writer.execute("COMMIT")
         return removed
 
     # -- reading ------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ free loopback ports (tests/servers.py). No mocks.
   other worker finishes) or a ``LocalCluster`` worker process (its nanny starts a new one
   that joins): the scheduler reruns the tasks; every inspection comes back exactly once,
   identical to inline.
+* Engine-rule times in batches (InspectionBatch) give the results of one job per time; an
+  inspection that kills its worker every time (Dask's KilledWorker) ends as an ``error``
+  result and the backfill goes on.
 * A config with two sites: one backfill covers both, each site as its own backfill.
 * An unreachable scheduler: exit 2 and a message that names the fix.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -220,6 +224,76 @@ def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> 
     finally:
         executor.close()
     _check_once(results, reference, killed)
+
+def test_batches_on_dask_give_the_results_of_one_job_per_time(engine_rule: Any) -> None:
+    """Engine-rule times travel three to a job (InspectionBatch) on a LocalCluster of 2:
+    every inspection once, in time order, identical to inline one at a time."""
+    from monitor.executors import DaskExecutor
+    from monitor.fleet import run_backfill
+
+    site, _, reference = engine_rule
+    executor = DaskExecutor(None, workers=2)
+    results: list[dict[str, Any]] = []
+    try:
+        run_backfill([site()], executor, results.append, batch=3)
+    finally:
+        executor.close()
+    for r in results:
+        check(r)
+    assert_identical(reference, results)
+
+
+def _die_at(t_kill: datetime, fn: Any, job: Any) -> Any:
+    """``fn(job)``, except that the worker process dies on the spot (as on running out of
+    memory) when ``job`` covers ``t_kill``."""
+    import os
+
+    times = getattr(job, "times", None) or (job.inspection_time,)
+    if t_kill in times:
+        os._exit(1)
+    return fn(job)
+
+
+class _Killing(Executor):
+    """Submits to ``inner`` each task wrapped in :func:`_die_at`."""
+
+    def __init__(self, inner: Any, t_kill: datetime) -> None:
+        self.inner, self.t_kill = inner, t_kill
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.submit(_die_at, self.t_kill, fn, *args, **kwargs)
+
+
+def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
+        engine_rule: Any) -> None:
+    """Dask gives up on a task whose worker died ``allowed-failures`` times (KilledWorker):
+    its batch is split into one job per time, the one inspection that kills its worker
+    ends as an ``error`` result naming the cause, and every other inspection comes back
+    once, identical to inline. One worker and one task in flight, so that no innocent task
+    shares the dying worker."""
+    import dask
+    import distributed  # noqa: F401 - loads the distributed.* config defaults
+
+    from monitor.executors import DaskExecutor
+    from monitor.fleet import run_backfill
+
+    site, times, reference = engine_rule
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        executor = DaskExecutor(None, workers=1, retries=0)
+    results: list[dict[str, Any]] = []
+    try:
+        run_backfill([site()], _Killing(executor, times[2]), results.append, batch=3,
+                     max_in_flight=1)
+    finally:
+        executor.close()
+    for r in results:
+        check(r)
+    assert [r["inspection_time"] for r in results] == [r["inspection_time"] for r in reference]
+    killer = results[2]
+    assert killer["status"] == "error" and "KilledWorker" in killer["error"]
+    assert killer["fingerprint"] == reference[2]["fingerprint"]
+    assert_identical(reference[:2] + reference[3:], results[:2] + results[3:])
+
 
 SENSORS = ['n131', 'n150', 'n202', 'n23', 'n248', 'n253', 'n262', 'n285', 'n3', 'n313', 'n32',
            'n323', 'n330', 'n334', 'n340', 'n401', 'n412', 'n447', 'n475', 'n478', 'n566',

@@ -101,3 +101,103 @@ def test_a_job_pickles_and_gives_the_inline_result() -> None:
     assert result["test"]["p_value"] == pytest.approx(inline["test"]["p_value"], abs=1e-6)
     assert result["selected_sensors"] == inline["selected_sensors"]
     assert run_detect(shipped) == inspector.detect(t, read)
+
+
+def _counting(read):  # type: ignore[no-untyped-def]
+    """``read`` that records the ranges asked of it."""
+    asked: list[tuple[pd.Timestamp, pd.Timestamp]] = []
+
+    def counted(start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+        asked.append((start, end))
+        return read(start, end)
+
+    return counted, asked
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a["fingerprint"] == b["fingerprint"]
+    assert a["status"] == b["status"]
+    assert a["selected_sensors"] == b["selected_sensors"]
+    assert [s["sensor_id"] for s in a["sensors"]] == [s["sensor_id"] for s in b["sensors"]]
+    assert a["test"]["p_value"] == pytest.approx(b["test"]["p_value"], abs=1e-6)
+
+
+def test_a_batch_reads_its_span_once_and_gives_one_job_per_time() -> None:
+    """An InspectionBatch (CV-aggregation: the fits go through fit_many on the worker)
+    carries one frame of its whole span, pickles, and gives the results of one job per
+    time, in time order."""
+    from monitor.compose import build_inspector
+    from monitor.jobs import InspectionBatch, run_batch
+    from monitor.tracker import cached_reader
+
+    config = validate_config({"site": "sim", "source": {"type": "file", "path": "x.csv"},
+                              "decision": {"rule": "engine"},
+                              "engine": {"method": "cv-aggregation",
+                                         "params": {"n_splits": 3}}})
+    inspector = build_inspector(config)
+    settings = InspectorSettings.of(inspector)
+    frame, _ = simulate(Scenario(days=9, change_at="2026-01-08T07:00:00Z", seed=4))
+    read, asked = _counting(cached_reader(frame))
+    times = [datetime(2026, 1, 8, h, tzinfo=UTC) for h in (9, 6, 12)]
+    batch = InspectionBatch.with_windows(settings, times, read)
+    assert batch.times == tuple(sorted(times)) and batch.site == "sim"
+    assert asked == [batch.span()]  # one read for the three windows
+    results = run_batch(pickle.loads(pickle.dumps(batch)))
+    assert [r["inspection_time"][11:13] for r in results] == ["06", "09", "12"]
+    for t, result in zip(sorted(times), results, strict=True):
+        _same(result, run_job(InspectionJob.with_windows(settings, t, read)))
+    assert results[-1]["status"] == "firing"  # the change is inside the last after window
+
+
+def test_batch_needs_sorted_times_one_way_to_its_windows_and_the_engine_rule() -> None:
+    from monitor.compose import build_inspector
+    from monitor.jobs import InspectionBatch
+
+    settings = InspectorSettings.of(_inspector())
+    t = datetime(2026, 1, 9, tzinfo=UTC)
+    frame = _frame()
+    with pytest.raises(JobError, match="exactly one of frame"):
+        InspectionBatch(settings, (t,))
+    with pytest.raises(JobError, match="increasing order"):
+        InspectionBatch(settings, (t, datetime(2026, 1, 8, tzinfo=UTC)), frame=frame)
+    with pytest.raises(JobError, match="increasing order"):
+        InspectionBatch(settings, (), frame=frame)
+    calibrated = build_inspector(validate_config(
+        {"site": "sim", "source": {"type": "file", "path": "x.csv"}}))
+    with pytest.raises(JobError, match="one at a time"):
+        InspectionBatch(InspectorSettings.of(calibrated), (t,), frame=frame)
+
+
+def test_backfill_in_batches_equals_one_job_per_time() -> None:
+    """run_backfill under the engine rule: batches of 4 (the last one short) give the
+    results of one job per time, each once, in time order; calibrated sites still go one
+    time per job."""
+    from datetime import timedelta
+
+    from monitor.fleet import MAX_BATCH, SiteBackfill, batch_size, run_backfill
+    from monitor.tracker import cached_reader
+
+    inspector = _inspector()
+    read = cached_reader(_frame())
+    times = [datetime(2026, 1, 8, tzinfo=UTC) + timedelta(hours=h) for h in range(10)]
+    site = SiteBackfill(inspector, times, read)
+    assert site.units(4) == [(0, 4), (4, 8), (8, 10)]
+    one: list[dict] = []
+    batched: list[dict] = []
+    assert run_backfill([site], InlineExecutor(), one.append, batch=1) == 10
+    assert run_backfill([site], InlineExecutor(), batched.append, batch=4) == 10
+    for a, b in zip(one, batched, strict=True):
+        _same(a, b)
+    assert batch_size(InlineExecutor(), 10_000) == MAX_BATCH
+    assert batch_size(InlineExecutor(), 0) == 1
+
+
+def test_a_failed_inspection_result_keeps_the_contract() -> None:
+    from tests.result_contract import check
+
+    inspector = _inspector()
+    t = datetime(2026, 1, 8, 6, tzinfo=UTC)
+    result = inspector.failed(t, "its worker process died each time it ran it")
+    check(result)
+    assert result["status"] == "error" and result["fingerprint"] == inspector.fingerprint(t)
+    assert "died each time" in result["summary"]

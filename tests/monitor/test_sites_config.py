@@ -154,6 +154,47 @@ def test_one_store_keeps_the_readings_of_sites_apart(tmp_path):
     store.close()
 
 
+def test_readings_of_sites_no_longer_configured_age_out(tmp_path):
+    """A site removed from ``sites:`` (and bare keys of an earlier single-site config) is
+    pruned under the same retention; configured sites are left to their own pruning."""
+    store = ReadingStore(tmp_path / "readings.sqlite")
+    t0 = T.timestamp()
+    for key in (site_key("north", "n1"), site_key("gone", "g1"), "bare"):
+        store.add([Reading(key, t0 + 3600 * k, 1.0) for k in range(10)])
+    assert store.prune_others(t0 + 3600 * 4, ["north"]) == 8  # 4 of gone, 4 of bare
+    assert store.count() == 22
+    assert len(store.for_site("north").read_window(
+        pd.Timestamp(T), pd.Timestamp(T + timedelta(days=1)))) == 10
+    assert store.prune_others(t0 + 3600 * 4, ["north", "gone"]) == 0
+    store.close()
+
+
+def test_the_agent_prunes_a_removed_sites_readings(tmp_path):
+    """A multi-site agent (stream source, not started) whose store still holds a site that
+    left the config: a tick drops that site's readings older than the retention behind
+    the newest reading, and keeps the configured site's."""
+    config = validate_config({
+        "state_dir": str(tmp_path / "state"), "source": dict(MQTT),
+        "schedule": {"every": "1h", "clock": "data"}, "executor": {"type": "inline"},
+        "windows": {"before": "2d", "after": "6h"}, "store": {"retention": "3d"},
+        "sinks": [], "sites": [{"id": "north"}, {"id": "south"}]}, env={})
+    agent = build_agent(config)
+    try:
+        assert agent.store is not None
+        t0 = T.timestamp()
+        for key in (site_key("north", "n1"), site_key("gone", "g1")):
+            agent.store.add([Reading(key, t0 + 3600 * k, 1.0) for k in range(24 * 5)])
+        agent.tick()
+        left = agent.store.for_site("gone").read_window(
+            pd.Timestamp(T), pd.Timestamp(T + timedelta(days=6)))
+        assert pd.Timestamp(left["time"].min()) == pd.Timestamp(T + timedelta(days=2, hours=-1))
+        north = agent.store.for_site("north").read_window(
+            pd.Timestamp(T), pd.Timestamp(T + timedelta(days=6)))
+        assert len(north) >= len(left)
+    finally:
+        agent.stop()
+
+
 def test_state_keeps_each_sites_ledger_and_the_single_site_tables_apart(tmp_path):
     state = AgentState(tmp_path / "state.sqlite")
     north, south = state.for_site("north"), state.for_site("south")
