@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inspections", type=int, default=100)
     ap.add_argument("--method", default="cv-aggregation",
                     help="engine selector of the throughput backfill")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs of each 2-worker throughput case, interleaved (the VM's "
+                         "speed drifts by 10-30%% between runs)")
     ap.add_argument("--sites", type=int, default=20)
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--workers", type=int, default=2, help="workers of the sites backfill")
@@ -478,8 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[str, Callable[[], pd.DataFrame | None]] = {
         "costs": costs,
         "throughput": lambda: throughput(args.inspections, args.method,
-                                         [("dask", 1, 1), ("dask", 2, 1), ("local", 2, 1),
-                                          ("dask", 2, None), ("local", 2, None)]),
+                                         [("dask", 1, 1)] + [
+                                             (kind, 2, batch) for _ in range(args.repeats)
+                                             for kind in ("dask", "local")
+                                             for batch in (1, None)]),
         "sites": lambda: sites(args.sites, args.days, args.workers, "dask"),
         "fit_many": fit_many,
         "optimiser_batches": optimiser_batches,

@@ -139,9 +139,10 @@ def capacity(executor: Executor) -> int:
 
 
 def batch_size(executor: Executor, n_times: int) -> int:
-    """Times per engine-rule job: enough jobs to keep every worker busy (the executor's
-    :func:`capacity` of them) and at most :data:`MAX_BATCH`."""
-    return max(1, min(MAX_BATCH, n_times // capacity(executor)))
+    """Times per engine-rule job: at most :data:`MAX_BATCH`, and few enough that there are
+    about eight jobs per worker (twice the executor's :func:`capacity`), so that workers
+    finish together: the last jobs' imbalance would cost more than batching saves."""
+    return max(1, min(MAX_BATCH, n_times // (2 * capacity(executor))))
 
 
 def _killed_worker(exc: BaseException) -> bool:
