@@ -31,6 +31,7 @@ from typing import Any
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
 from monitor.inspection import Inspector, Outcome
+from monitor.jobs import killed_worker, worker_died_error
 from monitor.metrics import Metrics
 from monitor.sites import SiteRouter, SiteRunner
 from monitor.state import AgentState
@@ -41,6 +42,11 @@ from monitor.tracker import SiteTracker
 log = logging.getLogger(__name__)
 
 Reporter = Callable[[Outcome], Any]
+
+
+#: Deaths of its worker process, while it ran alone, after which an inspection is recorded
+#: as an error result (the first may be bad luck: a worker killed from outside).
+WORKER_DEATHS = 2
 
 
 class Agent:
@@ -88,6 +94,10 @@ class Agent:
         self._last_prune = 0.0
         self._started = False
         self._next_site = 0  # round robin over sites when workers are scarce
+        # (site index, time) of inspections whose worker process died under them: they run
+        # alone until they come back or are recorded, so that a death names its cause
+        self._suspects: set[tuple[int, datetime]] = set()
+        self._deaths: dict[tuple[int, datetime], int] = {}  # deaths while running alone
         for site in self.sites:
             site.backoff = max(1.0, self.poll.total_seconds())
 
@@ -323,7 +333,8 @@ class Agent:
         in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
         busy: set[int] = set()
         while True:
-            while len(in_flight) < self.workers and not self._stopping.is_set():
+            room = 1 if self._suspects else self.workers  # a suspect runs alone
+            while len(in_flight) < room and not self._stopping.is_set():
                 submitted = self._submit(busy)
                 if submitted is None:
                     break
@@ -340,6 +351,7 @@ class Agent:
                 return ran
             done, _ = wait(list(in_flight), timeout=self.poll.total_seconds(),
                            return_when=FIRST_COMPLETED)
+            alone = len(in_flight) == 1  # what dies now, died of itself
             for future in done:
                 i, site, t, job = in_flight.pop(future)
                 busy.discard(i)
@@ -353,20 +365,57 @@ class Agent:
                     # (same fingerprint) on a fresh pool, after the site's backoff: an
                     # inspection that kills its worker every time must not respawn pools
                     # in a loop and take the other sites' inspections down with it
+                    self._close_executor()
+                    if self._worker_died(i, site, t, exc, alone):
+                        ran += 1
+                        continue
                     log.error("executor lost a worker process (%s); site %s at %s runs "
                               "again in %.0f s", exc, site.name, iso(t), site.backoff)
-                    self._close_executor()
                     self._backoff(site)
                     continue
                 except Exception as exc:  # noqa: BLE001 - the daemon outlives the executor
+                    if killed_worker(exc) and self._worker_died(i, site, t, exc, alone):
+                        ran += 1
+                        continue
                     log.error("inspection of site %s at %s did not come back from the "
                               "executor (%s: %s); it runs again in %.0f s",
                               site.name, iso(t), type(exc).__name__, exc, site.backoff)
                     self._backoff(site)
                     continue
+                self._cleared(i, t)
                 self._finish(site, t, Outcome(result), job)
                 self._source_ok(site)
                 ran += 1
+
+    def _worker_died(self, i: int, site: SiteRunner, t: datetime, exc: BaseException,
+                     alone: bool) -> bool:
+        """The worker process running site ``i``'s inspection at ``t`` died (``exc``).
+        Returns True when the inspection is now recorded as an ``error`` result: Dask's
+        ``KilledWorker`` (the scheduler already saw it kill workers), or the
+        :data:`WORKER_DEATHS`-th death while it ran alone. A death while others ran names
+        no cause: the inspection becomes a suspect that runs alone next time. Without
+        this an inspection that kills its worker every time would hold its site back for
+        good, retried forever."""
+        key = (i, t)
+        if not killed_worker(exc):
+            self._suspects.add(key)
+            if not alone:
+                return False
+            self._deaths[key] = self._deaths.get(key, 0) + 1
+            if self._deaths[key] < WORKER_DEATHS:
+                return False
+        self._cleared(i, t)
+        log.error("the inspection of site %s at %s killed its worker process each time it "
+                  "ran; recorded as an error so that the site goes on", site.name, iso(t))
+        self._finish(site, t, Outcome(site.inspector.failed(t, worker_died_error(exc))))
+        return True
+
+    def _cleared(self, i: int, t: datetime) -> None:
+        """Site ``i``'s inspection at ``t`` came back or was recorded: it and the site's
+        earlier ones are suspects no more."""
+        for key in [k for k in self._suspects | set(self._deaths) if k[0] == i and k[1] <= t]:
+            self._suspects.discard(key)
+            self._deaths.pop(key, None)
 
     def _finish(self, site: SiteRunner, t: datetime, outcome: Outcome,
                 job: Any = None) -> dict[str, Any]:

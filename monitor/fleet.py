@@ -44,9 +44,11 @@ from monitor.jobs import (
     InspectionBatch,
     InspectionJob,
     InspectorSettings,
+    killed_worker,
     run_batch,
     run_detect,
     run_job,
+    worker_died_error,
 )
 
 if TYPE_CHECKING:
@@ -145,12 +147,6 @@ def batch_size(executor: Executor, n_times: int) -> int:
     return max(1, min(MAX_BATCH, n_times // (2 * capacity(executor))))
 
 
-def _killed_worker(exc: BaseException) -> bool:
-    """Dask gave up on a task whose worker died ``allowed-failures`` times (by name: the
-    local pool never raises it, and importing distributed for it is not worth it)."""
-    return type(exc).__name__ == "KilledWorker"
-
-
 def _map_ordered(executor: Executor, fn: Callable[[Any], Any], jobs: Sequence[Any],
                  limit: int) -> list[Any]:
     """``[fn(job) for job in jobs]`` on the executor, at most ``limit`` in flight."""
@@ -241,7 +237,7 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
         try:
             value = future.result()
         except Exception as exc:
-            if not _killed_worker(exc):
+            if not killed_worker(exc):
                 raise
             if stop - first > 1:
                 log.warning("a batch of %d inspections of %s killed its worker each time it "
@@ -252,10 +248,7 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
             t = sites[k].times[first]
             log.error("the inspection of %s at %s killed its worker each time it ran "
                       "(%s); recorded as an error", sites[k].inspector.site, t, exc)
-            done[k][first] = sites[k].inspector.failed(
-                t, "its worker process died each time it ran it (Dask KilledWorker: out of "
-                   "memory, or a crash in native code); run it alone with `mmdwatch inspect "
-                   "--at` to see why, or give the workers more memory")
+            done[k][first] = sites[k].inspector.failed(t, worker_died_error(exc))
             return
         results = value if isinstance(value, list) else [value]
         for i, result in zip(range(first, stop), results, strict=True):

@@ -66,7 +66,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["InspectionBatch", "InspectionJob", "InspectorSettings", "JobError", "SourceRead",
-           "run_batch", "run_detect", "run_job"]
+           "killed_worker", "run_batch", "run_detect", "run_job", "worker_died_error"]
+
+
+def killed_worker(exc: BaseException) -> bool:
+    """Dask gave up on a task whose worker died more than ``allowed-failures`` times
+    (``distributed.KilledWorker``, told by name: importing distributed to check is not
+    worth it where the executor is a local pool)."""
+    return type(exc).__name__ == "KilledWorker"
+
+
+def worker_died_error(exc: BaseException) -> str:
+    """The error of an inspection recorded after its worker process died each time it ran
+    it (``exc``: the executor's exception), naming the likely causes and the fix."""
+    return (f"its worker process died each time it ran it ({type(exc).__name__}: out of "
+            "memory, or a crash in native code); run it alone with `mmdwatch inspect --at` "
+            "to see why, or give the workers more memory")
 
 
 class JobError(ValueError):

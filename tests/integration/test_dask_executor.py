@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import Executor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from monitor.cli import main
+from tests.killing_executor import KillingExecutor
 from tests.result_contract import check
 from tests.servers import DaskScheduler, DaskWorker, free_port
 from tests.shared_data import DELAY_DEV
@@ -243,27 +243,6 @@ def test_batches_on_dask_give_the_results_of_one_job_per_time(engine_rule: Any) 
     assert_identical(reference, results)
 
 
-def _die_at(t_kill: datetime, fn: Any, job: Any) -> Any:
-    """``fn(job)``, except that the worker process dies on the spot (as on running out of
-    memory) when ``job`` covers ``t_kill``."""
-    import os
-
-    times = getattr(job, "times", None) or (job.inspection_time,)
-    if t_kill in times:
-        os._exit(1)
-    return fn(job)
-
-
-class _Killing(Executor):
-    """Submits to ``inner`` each task wrapped in :func:`_die_at`."""
-
-    def __init__(self, inner: Any, t_kill: datetime) -> None:
-        self.inner, self.t_kill = inner, t_kill
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        return self.inner.submit(_die_at, self.t_kill, fn, *args, **kwargs)
-
-
 def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
         engine_rule: Any) -> None:
     """Dask gives up on a task whose worker died ``allowed-failures`` times (KilledWorker):
@@ -282,8 +261,8 @@ def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
         executor = DaskExecutor(None, workers=1, retries=0)
     results: list[dict[str, Any]] = []
     try:
-        run_backfill([site()], _Killing(executor, times[2]), results.append, batch=3,
-                     max_in_flight=1)
+        run_backfill([site()], KillingExecutor(executor, times[2]), results.append,
+                     batch=3, max_in_flight=1)
     finally:
         executor.close()
     for r in results:

@@ -60,3 +60,56 @@ def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
         assert len(state.for_site(site).done_times()) == 7
     assert all(r["status"] in ("ok", "firing") for r in results)
     state.close()
+
+
+def test_an_inspection_that_kills_its_worker_every_time_is_recorded_and_its_site_goes_on(
+        tmp_path, caplog):
+    """The task of one inspection of site north kills its pool process every time it runs
+    (as out-of-memory would). The agent runs it alone to tell cause from bystander,
+    records it as an ``error`` result naming the cause after its second death, and both
+    sites go on: every other inspection of both is done once, none lost."""
+    from datetime import UTC, datetime
+
+    from monitor.executors import LocalExecutor
+    from tests.killing_executor import KillingExecutor
+
+    _network(tmp_path / "net.csv")
+    out = tmp_path / "results.jsonl"
+    config = validate_config({
+        "state_dir": str(tmp_path / "state"),
+        "source": {"type": "file", "path": str(tmp_path / "net.csv")},
+        "profile": "retrospective",
+        "windows": {"before": "7d", "after": "12h"},
+        "schedule": {"every": "6h", "clock": "data", "poll": "0.2s"},
+        "engine": {"method": "mmd-baseline", "block_size": None, "device": "cpu"},
+        "executor": {"type": "local", "workers": 2},
+        "sinks": [{"type": "jsonl", "path": str(out)}],
+        "sites": [{"id": "north", "sensors": ["n1", "n2", "n3", "n4"]},
+                  {"id": "south", "sensors": ["s1", "s2", "s3", "s4"]}],
+    }, env={})
+    caplog.set_level(logging.INFO)
+    poison = datetime(2026, 1, 12, 12, tzinfo=UTC)
+    agent = build_agent(config)
+    # fault injection: the pool the composition root would build, with north's inspection
+    # at 12:00 (and only it: south's runs at the same time) killing its process
+    agent._executor_factory = lambda: KillingExecutor(LocalExecutor(2), poison, "north")
+    agent.start()
+    try:
+        assert agent.wait_idle(180), agent.due()
+    finally:
+        agent.stop()
+    assert "killed its worker process each time it ran" in caplog.text
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    state = AgentState(tmp_path / "state" / "state.sqlite")
+    for site in ("north", "south"):
+        mine = [r for r in results if r["site"] == site]
+        times = [r["inspection_time"] for r in mine]
+        assert len(times) == len(set(times)) == 7, times
+        assert len(state.for_site(site).done_times()) == 7
+        for r in mine:
+            if site == "north" and r["inspection_time"] == "2026-01-12T12:00:00Z":
+                assert r["status"] == "error" and "BrokenProcessPool" in r["error"]
+                assert "worker process died each time" in r["summary"]
+            else:
+                assert r["status"] in ("ok", "firing"), r
+    state.close()
