@@ -19,13 +19,14 @@ from tests.monitor.test_sites_config import _network
 pytestmark = [pytest.mark.timeout(300)]
 
 
-def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
+def _two_sites(tmp_path, out):
+    """Two sites of the shared test network on a local pool of 2, engine fits (slow enough
+    to kill a worker mid-run) every 6h, results to ``out``."""
     _network(tmp_path / "net.csv")
-    out = tmp_path / "results.jsonl"
-    config = validate_config({
+    return validate_config({
         "state_dir": str(tmp_path / "state"),
         "source": {"type": "file", "path": str(tmp_path / "net.csv")},
-        "profile": "retrospective",  # engine fits: slow enough to kill a worker mid-run
+        "profile": "retrospective",
         "windows": {"before": "7d", "after": "12h"},
         "schedule": {"every": "6h", "clock": "data", "poll": "0.2s"},
         "engine": {"method": "mmd-baseline", "block_size": None, "device": "cpu"},
@@ -34,6 +35,11 @@ def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
         "sites": [{"id": "north", "sensors": ["n1", "n2", "n3", "n4"]},
                   {"id": "south", "sensors": ["s1", "s2", "s3", "s4"]}],
     }, env={})
+
+
+def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
+    out = tmp_path / "results.jsonl"
+    config = _two_sites(tmp_path, out)
     caplog.set_level(logging.INFO)
     agent = build_agent(config)
     agent.start()
@@ -73,20 +79,8 @@ def test_an_inspection_that_kills_its_worker_every_time_is_recorded_and_its_site
     from monitor.executors import LocalExecutor
     from tests.killing_executor import KillingExecutor
 
-    _network(tmp_path / "net.csv")
     out = tmp_path / "results.jsonl"
-    config = validate_config({
-        "state_dir": str(tmp_path / "state"),
-        "source": {"type": "file", "path": str(tmp_path / "net.csv")},
-        "profile": "retrospective",
-        "windows": {"before": "7d", "after": "12h"},
-        "schedule": {"every": "6h", "clock": "data", "poll": "0.2s"},
-        "engine": {"method": "mmd-baseline", "block_size": None, "device": "cpu"},
-        "executor": {"type": "local", "workers": 2},
-        "sinks": [{"type": "jsonl", "path": str(out)}],
-        "sites": [{"id": "north", "sensors": ["n1", "n2", "n3", "n4"]},
-                  {"id": "south", "sensors": ["s1", "s2", "s3", "s4"]}],
-    }, env={})
+    config = _two_sites(tmp_path, out)
     caplog.set_level(logging.INFO)
     poison = datetime(2026, 1, 12, 12, tzinfo=UTC)
     agent = build_agent(config)

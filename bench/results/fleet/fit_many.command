@@ -1,1 +1,1 @@
-python -m bench.fleet --skip throughput sites costs  (2026-11-26 07:53 UTC)
+python -m bench.fleet --skip sites costs  (2026-11-26 09:39 UTC)

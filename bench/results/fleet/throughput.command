@@ -1,1 +1,1 @@
-python -m bench.fleet --skip sites costs fit_many  (2026-11-26 09:10 UTC)
+python -m bench.fleet --skip sites costs  (2026-11-26 09:38 UTC)
