@@ -464,25 +464,19 @@ def _backfill_site_args(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> Any:
     """A site's :class:`~monitor.fleet.SiteBackfill` (``config``: one site's one-shot
-    config). A database the workers can query themselves (a window source that is not a
-    stream, e.g. InfluxDB; narrowed to the site's points) is read by the workers; anything
-    else (a file, the agent's store) by this process, the frames travelling with the jobs."""
-    from connectors import registry
-    from connectors.base import StreamSource, WindowSource
+    config). A database the workers can query themselves (a source config that can be
+    narrowed to a site, ``for_site``: InfluxDB) is read by the workers, narrowed to the
+    site's points as the agent reads them (``compose.one_site``); anything else (a file,
+    the agent's store) by this process, the frames travelling with the jobs."""
     from monitor.compose import build_incidents, one_site
     from monitor.fleet import SiteBackfill
     from monitor.tracker import SiteTracker
 
-    cls: Any = registry.source_class(config.source.type)
     source = None
-    if issubclass(cls, WindowSource) and not issubclass(cls, StreamSource):
-        source = config.source
-        narrow = getattr(source, "for_site", None)
+    narrow = getattr(config.source, "for_site", None)
+    if narrow is not None:
         site = one_site(config)
-        if site is not None and narrow is not None:
-            source = narrow(site.id, site.sensors)
-        elif site is not None:
-            source = None  # filtered to the site here (compose.site_source)
+        source = config.source if site is None else narrow(site.id, site.sensors)
     tracker = SiteTracker(inspector, build_incidents(config)) if inspector.calibrated else None
     return SiteBackfill(inspector, times, read, source=source, tracker=tracker)
 

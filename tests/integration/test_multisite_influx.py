@@ -56,3 +56,52 @@ def test_sites_selected_by_an_influxdb_tag(tmp_path, influxd):
         for name in sc.CHANGED:
             change = rows[name]["raw_mean_before"] - rows[name]["raw_mean_after"]
             assert change == pytest.approx(expected, abs=0.5), (r["site"], name)
+
+
+def test_engine_rule_batches_read_their_windows_from_influxd(tmp_path, influxd):
+    """A backfill's engine-rule batches (InspectionBatch with the source config) on a
+    process pool of 2: each worker reads its windows from influxd itself and fits them
+    through fit_many; the results equal the inline backfill, one time at a time."""
+    from datetime import UTC, datetime, timedelta
+
+    from monitor.cli import _site_backfill, _window_reader
+    from monitor.compose import build_inspector
+    from monitor.config import validate_config
+    from monitor.executors import InlineExecutor, LocalExecutor
+    from monitor.fleet import run_backfill
+    from tests.integration.test_dask_executor import assert_identical
+    from tests.result_contract import check
+
+    influxd.create_database("scada")
+    times, values = sc.network(seed=2, drop=sc.DROP)
+    lines = sc.influx_lines(times, values)
+    for i in range(0, len(lines), 20_000):
+        influxd.write_lines("scada", lines[i:i + 20_000])
+    raw = sc.base_config(tmp_path / "state")
+    raw["sinks"] = []
+    raw["source"] = {"type": "influxdb", "url": influxd.url, "database": "scada",
+                     "measurement": "pressure", "sensor_tag": "sensor", "field": "value"}
+    config = validate_config(raw)
+    inspector = build_inspector(config)
+    read, close = _window_reader(config)
+    t0 = datetime.fromtimestamp(sc.T_CHANGE, UTC)
+    span = [t0 + timedelta(hours=h) for h in range(6)]
+    try:
+        site = _site_backfill(config, inspector, read, span)
+        assert site.source is not None  # the workers query influxd, no frame travels
+        inline: list[dict] = []
+        run_backfill([site], InlineExecutor(), inline.append, batch=1)
+        pool = LocalExecutor(2)
+        batched: list[dict] = []
+        try:
+            run_backfill([_site_backfill(config, inspector, read, span)], pool,
+                         batched.append, batch=3)
+        finally:
+            pool.close()
+    finally:
+        close()
+    for r in batched:
+        check(r)
+    assert_identical(inline, batched)
+    assert batched[0]["status"] == "firing"
+    assert {s["sensor_id"] for s in batched[0]["sensors"][:3]} == set(sc.CHANGED)
