@@ -31,7 +31,7 @@ from typing import Any
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
 from monitor.inspection import Inspector, Outcome
-from monitor.jobs import killed_worker, worker_died_error
+from monitor.jobs import WORKER_DEATHS, killed_worker, worker_died_error
 from monitor.metrics import Metrics
 from monitor.sites import SiteRouter, SiteRunner
 from monitor.state import AgentState
@@ -42,11 +42,6 @@ from monitor.tracker import SiteTracker
 log = logging.getLogger(__name__)
 
 Reporter = Callable[[Outcome], Any]
-
-
-#: Deaths of its worker process, while it ran alone, after which an inspection is recorded
-#: as an error result (the first may be bad luck: a worker killed from outside).
-WORKER_DEATHS = 2
 
 
 class Agent:

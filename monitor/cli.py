@@ -9,6 +9,7 @@ the outbox).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
@@ -372,7 +373,13 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if executor is not None:
             sites = [_site_backfill(c, i, r[0], times)
                      for c, i, r in zip(configs, inspectors, readers, strict=True)]
-            results = _backfill_on(executor, sites, out, publisher)
+            renew = None
+            if cluster is not None and cluster.type == "local":
+                # a pool that lost a process is replaced and the backfill goes on
+                from monitor.executors import build_executor
+
+                renew = functools.partial(build_executor, cluster)
+            results = _backfill_on(executor, sites, out, publisher, renew)
         else:
             results = _backfill_inline(config, inspectors[0], readers[0][0], times, out,
                                        publisher)
@@ -481,10 +488,11 @@ def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> 
     return SiteBackfill(inspector, times, read, source=source, tracker=tracker)
 
 
-def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any
-                 ) -> list[dict[str, Any]]:
+def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any,
+                 renew: Any = None) -> list[dict[str, Any]]:
     """The backfill's inspections of every site on ``executor`` (``--cluster``, or several
-    sites), written in time order."""
+    sites), written in time order; ``renew`` builds a fresh executor when a local pool
+    breaks (``run_backfill``)."""
     from tqdm import tqdm
 
     from monitor.fleet import backfill_history, run_backfill
@@ -508,7 +516,7 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any
             bar.update(1)
             results.append(result)
 
-        run_backfill(sites, executor, emit)
+        run_backfill(sites, executor, emit, renew=renew)
     return results
 
 

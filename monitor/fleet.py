@@ -26,21 +26,30 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
 
 Every submitted job yields its results at most once (a Dask worker lost mid-task: the
 scheduler runs the task again elsewhere, up to its ``allowed-failures``); a result is
-emitted once, at its place in time order. A job that still ends in ``KilledWorker`` (it
-took its worker down every time: out of memory, a crash in native code) is not fatal: a
-batch is split into one job per time, and a single inspection that kills its worker ends
-as an ``error`` result naming the cause, so the rest of the backfill goes on.
+emitted once, at its place in time order. A job whose worker keeps dying (out of memory, a
+crash in native code) is not fatal:
+
+* Dask gives up on it with ``KilledWorker``, having run it on other workers: a batch is
+  sent again one time per job, and a single time is recorded as an ``error`` result naming
+  the cause.
+* A local process pool that loses a process breaks, taking every job in it (given
+  ``renew``, a fresh pool is started). Those jobs run again one at a time, so that the next
+  death names its cause: a batch that dies alone is split into single times, and a single
+  time that has killed its process :data:`~monitor.jobs.WORKER_DEATHS` times alone is
+  recorded as an ``error`` result. The rest of the backfill goes on.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from monitor.jobs import (
+    WORKER_DEATHS,
     InspectionBatch,
     InspectionJob,
     InspectorSettings,
@@ -176,109 +185,208 @@ def backfill_history(site: SiteBackfill, times: list[datetime], executor: Execut
     return site.tracker.backfill(times, site.read_window, detect_many)
 
 
+Unit = tuple[int, int, int]  # (site index, index of its first time, one past its last)
+
+
 def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,
-                 *, max_in_flight: int | None = None, batch: int | None = None) -> int:
+                 *, max_in_flight: int | None = None, batch: int | None = None,
+                 renew: Callable[[], Executor] | None = None) -> int:
     """Run every site's inspections on ``executor``; ``on_result(result)`` is called once
     per inspection, in time order (ties: in the order of ``sites``), after its site's
     tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
-    :func:`batch_size`; 1: one job per time). Returns the number of results.
+    :func:`batch_size`; 1: one job per time). ``renew``: builds a fresh executor when a
+    local process pool breaks (a process died); the ones it builds are closed here.
+    Returns the number of results.
 
-    An exception from a job (a source a worker cannot read, a broken process pool) is
-    raised here after the jobs in flight are cancelled; what was emitted stays emitted.
-    ``KilledWorker`` is not raised: see the module's docstring.
+    An exception from a job (a source a worker cannot read; a broken process pool without
+    ``renew``) is raised here after the jobs in flight are cancelled; what was emitted
+    stays emitted. A job whose worker died (Dask's ``KilledWorker``, a broken pool with
+    ``renew``) is run again, alone, and ends as an ``error`` result if it keeps killing its
+    worker: see the module's docstring.
     """
-    limit = max_in_flight or capacity(executor)
-    if batch is None:
-        batch = batch_size(executor, sum(len(s.times) for s in sites if s.tracker is None))
-    needs = [s.needs() for s in sites]
-    units = [s.units(batch) for s in sites]
-    done: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # results not yet observed
-    observed: list[int] = [0] * len(sites)  # per site: results observed so far
-    submitted: list[int] = [0] * len(sites)  # per site: units submitted so far
-    retry: list[tuple[int, int, int]] = []  # (site, first, stop) split from killed batches
-    order = sorted(((t, k, i) for k, s in enumerate(sites) for i, t in enumerate(s.times)),
-                   key=lambda x: (x[0], x[1]))
-    ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # observed, not emitted
-    emitted = 0
-    pending: dict[Future[Any], tuple[int, int, int]] = {}
+    return _Backfill(sites, executor, on_result, max_in_flight, batch, renew).run()
 
-    def submit(k: int, first: int, stop: int) -> None:
-        site = sites[k]
-        future = (executor.submit(run_job, site.job(first)) if site.tracker is not None
-                  else executor.submit(run_batch, site.batch_job(first, stop)))
-        pending[future] = (k, first, stop)
 
-    def next_unit(k: int) -> tuple[int, int] | None:
+class _Backfill:
+    """The state of one :func:`run_backfill`: units of work (one job each), the results
+    not yet observed or emitted, and the jobs whose worker died."""
+
+    def __init__(self, sites: Sequence[SiteBackfill], executor: Executor,
+                 on_result: OnResult, max_in_flight: int | None, batch: int | None,
+                 renew: Callable[[], Executor] | None) -> None:
+        self.sites = sites
+        self.executor = executor
+        self.first_executor = executor
+        self.on_result = on_result
+        self.renew = renew
+        self.limit = max_in_flight or capacity(executor)
+        if batch is None:
+            batch = batch_size(executor, sum(len(s.times) for s in sites if s.tracker is None))
+        self.needs = [s.needs() for s in sites]
+        self.units = [s.units(batch) for s in sites]
+        self.done: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # not yet observed
+        self.observed = [0] * len(sites)  # per site: results observed so far
+        self.submitted = [0] * len(sites)  # per site: units submitted so far
+        self.retry: list[Unit] = []  # units to send again (first)
+        self.suspects: set[Unit] = set()  # units whose worker died: they run alone
+        self.deaths: dict[Unit, int] = {}  # deaths of a unit's worker while it ran alone
+        self.order = sorted(((t, k, i) for k, s in enumerate(sites)
+                             for i, t in enumerate(s.times)), key=lambda x: (x[0], x[1]))
+        self.ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # not emitted
+        self.emitted = 0
+        self.pending: dict[Future[Any], Unit] = {}
+
+    def run(self) -> int:
+        try:
+            while self.emitted < len(self.order):
+                self._submit_ready()
+                if self.pending:
+                    finished, _ = wait(list(self.pending), return_when=FIRST_COMPLETED)
+                    broken = []
+                    for future in finished:
+                        unit = self.pending.pop(future)
+                        if not self._collect(future, unit):
+                            broken.append(unit)
+                    if broken:
+                        self._pool_broke(broken)
+                self._observe_and_emit()
+                if not self.pending and not self.retry and self.emitted < len(self.order) \
+                        and all(self._next_unit(k) is None for k in range(len(self.sites))):
+                    raise RuntimeError("backfill stalled: no job ready and none in flight")
+        except BaseException:
+            for f in self.pending:
+                f.cancel()
+            raise
+        finally:
+            if self.executor is not self.first_executor:  # a pool this run started
+                _close(self.executor)
+        return self.emitted
+
+    # -- sending -------------------------------------------------------------------------
+    def _submit(self, unit: Unit) -> None:
+        k, first, stop = unit
+        site = self.sites[k]
+        future = (self.executor.submit(run_job, site.job(first)) if site.tracker is not None
+                  else self.executor.submit(run_batch, site.batch_job(first, stop)))
+        self.pending[future] = unit
+
+    def _next_unit(self, k: int) -> tuple[int, int] | None:
         """Site k's next unit when its job can be built now."""
-        if submitted[k] >= len(units[k]):
+        if self.submitted[k] >= len(self.units[k]):
             return None
-        first, stop = units[k][submitted[k]]
-        return (first, stop) if observed[k] >= needs[k][first] else None
+        first, stop = self.units[k][self.submitted[k]]
+        return (first, stop) if self.observed[k] >= self.needs[k][first] else None
 
-    def submit_ready() -> None:
-        # time order across sites, so the earliest results (the ones output waits for)
-        # are computed first; split-off retries before anything new
-        while retry and len(pending) < limit:
-            submit(*retry.pop(0))
-        while len(pending) < limit:
+    def _submit_ready(self) -> None:
+        # retries first; while a suspect is about, one job at a time, so that a death
+        # names its cause; else in time order across sites, so the earliest results (the
+        # ones output waits for) are computed first
+        room = 1 if self.suspects else self.limit
+        while self.retry and len(self.pending) < room:
+            self._submit(self.retry.pop(0))
+        while len(self.pending) < room:
             best: tuple[datetime, int] | None = None
-            for k, s in enumerate(sites):
-                unit = next_unit(k)
+            for k, s in enumerate(self.sites):
+                unit = self._next_unit(k)
                 if unit is not None and (best is None or s.times[unit[0]] < best[0]):
                     best = (s.times[unit[0]], k)
             if best is None:
                 return
             k = best[1]
-            submit(k, *units[k][submitted[k]])
-            submitted[k] += 1
+            self._submit((k, *self.units[k][self.submitted[k]]))
+            self.submitted[k] += 1
 
-    def collect(future: Future[Any], k: int, first: int, stop: int) -> None:
-        """Store a finished job's results (or what replaces them after KilledWorker)."""
+    # -- receiving -----------------------------------------------------------------------
+    def _collect(self, future: Future[Any], unit: Unit) -> bool:
+        """Store a finished job's results (or handle its worker's death); False when the
+        process pool broke under it (handled by :meth:`_pool_broke`)."""
+        k, first, stop = unit
         try:
             value = future.result()
+        except BrokenProcessPool:
+            if self.renew is None:
+                raise
+            return False
         except Exception as exc:
             if not killed_worker(exc):
                 raise
-            if stop - first > 1:
-                log.warning("a batch of %d inspections of %s killed its worker each time it "
-                            "ran (%s); running them one by one", stop - first,
-                            sites[k].inspector.site, exc)
-                retry.extend((k, i, i + 1) for i in range(first, stop))
-                return
-            t = sites[k].times[first]
-            log.error("the inspection of %s at %s killed its worker each time it ran "
-                      "(%s); recorded as an error", sites[k].inspector.site, t, exc)
-            done[k][first] = sites[k].inspector.failed(t, worker_died_error(exc))
-            return
+            # Dask already ran it on other workers: its cause is known
+            self._died(unit, exc, certain=True)
+            return True
+        self.suspects.discard(unit)
         results = value if isinstance(value, list) else [value]
         for i, result in zip(range(first, stop), results, strict=True):
-            done[k][i] = result
+            self.done[k][i] = result
+        return True
 
-    try:
-        while emitted < len(order):
-            submit_ready()
-            if pending:
-                finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for f in finished:
-                    collect(f, *pending.pop(f))
-            for k, s in enumerate(sites):  # observe each site's results in time order
-                while observed[k] in done[k]:
-                    result = done[k].pop(observed[k])
-                    if s.tracker is not None:
-                        s.tracker.observe(result)
-                    ready_out[k][observed[k]] = result
-                    observed[k] += 1
-            while emitted < len(order):  # emit in global time order
-                _, k, i = order[emitted]
-                if i not in ready_out[k]:
-                    break
-                on_result(ready_out[k].pop(i))
-                emitted += 1
-            if not pending and not retry and emitted < len(order) and not any(
-                    next_unit(k) is not None for k in range(len(sites))):
-                raise RuntimeError("backfill stalled: no job ready and none in flight")
-    except BaseException:
-        for f in pending:
-            f.cancel()
-        raise
-    return emitted
+    def _pool_broke(self, broken: list[Unit]) -> None:
+        """A local pool lost a process: every job in it died with it. Collect the others
+        (finished or dead), start a fresh pool, and decide on each dead job."""
+        rest, _ = wait(list(self.pending))
+        for future in rest:
+            unit = self.pending.pop(future)
+            if not self._collect(future, unit):
+                broken.append(unit)
+        assert self.renew is not None
+        if self.executor is not self.first_executor:
+            _close(self.executor)  # its caller closes the first one
+        self.executor = self.renew()
+        log.error("the process pool lost a process with %d job(s) in it; a fresh pool runs "
+                  "them again", len(broken))
+        for unit in broken:  # alone, the one job in the pool was the cause
+            self._died(unit, BrokenProcessPool("a pool process died"),
+                       certain=len(broken) == 1)
+
+    def _died(self, unit: Unit, exc: BaseException, *, certain: bool) -> None:
+        """``unit``'s worker died running it (``certain``: it was the cause). A batch is
+        sent again one time per job; a single time runs again, alone, until it has
+        killed its worker :data:`WORKER_DEATHS` times (once on Dask, whose scheduler has
+        already retried it), and is then recorded as an ``error`` result."""
+        k, first, stop = unit
+        site = self.sites[k]
+        if not certain:
+            self.suspects.add(unit)
+            self.retry.append(unit)
+            return
+        self.suspects.discard(unit)
+        if stop - first > 1:
+            log.warning("a batch of %d inspections of %s killed its worker (%s); running "
+                        "them one by one", stop - first, site.inspector.site, exc)
+            singles = [(k, i, i + 1) for i in range(first, stop)]
+            self.retry.extend(singles)
+            if not killed_worker(exc):
+                self.suspects.update(singles)
+            return
+        deaths = WORKER_DEATHS if killed_worker(exc) else self.deaths.get(unit, 0) + 1
+        if deaths < WORKER_DEATHS:
+            self.deaths[unit] = deaths
+            self.suspects.add(unit)
+            self.retry.append(unit)
+            return
+        t = site.times[first]
+        log.error("the inspection of %s at %s killed its worker each time it ran (%s); "
+                  "recorded as an error", site.inspector.site, t, exc)
+        self.done[k][first] = site.inspector.failed(t, worker_died_error(exc))
+
+    def _observe_and_emit(self) -> None:
+        for k, s in enumerate(self.sites):  # observe each site's results in time order
+            while self.observed[k] in self.done[k]:
+                result = self.done[k].pop(self.observed[k])
+                if s.tracker is not None:
+                    s.tracker.observe(result)
+                self.ready_out[k][self.observed[k]] = result
+                self.observed[k] += 1
+        while self.emitted < len(self.order):  # emit in global time order
+            _, k, i = self.order[self.emitted]
+            if i not in self.ready_out[k]:
+                break
+            self.on_result(self.ready_out[k].pop(i))
+            self.emitted += 1
+
+
+def _close(executor: Executor) -> None:
+    close = getattr(executor, "close", None)
+    if close is not None:
+        close()
+    else:
+        executor.shutdown(wait=False, cancel_futures=True)

@@ -65,8 +65,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InspectionBatch", "InspectionJob", "InspectorSettings", "JobError", "SourceRead",
+__all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError", "SourceRead",
            "killed_worker", "run_batch", "run_detect", "run_job", "worker_died_error"]
+
+
+#: Deaths of its worker process, while it ran alone, after which an inspection is recorded
+#: as an error result (the first may be bad luck: a worker killed from outside).
+WORKER_DEATHS = 2
 
 
 def killed_worker(exc: BaseException) -> bool:

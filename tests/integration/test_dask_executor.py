@@ -10,8 +10,8 @@ free loopback ports (tests/servers.py). No mocks.
   that joins): the scheduler reruns the tasks; every inspection comes back exactly once,
   identical to inline.
 * Engine-rule times in batches (InspectionBatch) give the results of one job per time; an
-  inspection that kills its worker every time (Dask's KilledWorker) ends as an ``error``
-  result and the backfill goes on.
+  inspection that kills its worker every time (Dask's KilledWorker, or a local pool that
+  breaks each time and is replaced) ends as an ``error`` result and the backfill goes on.
 * A config with two sites: one backfill covers both, each site as its own backfill.
 * An unreachable scheduler: exit 2 and a message that names the fix.
 """
@@ -271,6 +271,35 @@ def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
     killer = results[2]
     assert killer["status"] == "error" and "KilledWorker" in killer["error"]
     assert killer["fingerprint"] == reference[2]["fingerprint"]
+    assert_identical(reference[:2] + reference[3:], results[:2] + results[3:])
+
+
+def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
+        engine_rule: Any) -> None:
+    """A local pool of 2 whose task for one time kills its process every time (as
+    `backfill --cluster local:2` builds it, with `renew`): each broken pool is replaced;
+    the jobs that died with it run again one at a time, a batch split into single times,
+    and the time that kills its process is recorded as an ``error`` after its second death
+    alone. The other five come back once, identical to inline."""
+    from monitor.executors import LocalExecutor
+    from monitor.fleet import run_backfill
+
+    site, times, reference = engine_rule
+
+    def pool() -> KillingExecutor:
+        return KillingExecutor(LocalExecutor(2), times[2])
+
+    first = pool()
+    results: list[dict[str, Any]] = []
+    try:
+        run_backfill([site()], first, results.append, batch=3, renew=pool)
+    finally:
+        first.close()
+    for r in results:
+        check(r)
+    assert [r["inspection_time"] for r in results] == [r["inspection_time"] for r in reference]
+    killer = results[2]
+    assert killer["status"] == "error" and "BrokenProcessPool" in killer["error"]
     assert_identical(reference[:2] + reference[3:], results[:2] + results[3:])
 
 
