@@ -243,6 +243,20 @@ def test_batches_on_dask_give_the_results_of_one_job_per_time(engine_rule: Any) 
     assert_identical(reference, results)
 
 
+def _check_killer_recorded(results: list[dict[str, Any]], reference: list[dict[str, Any]],
+                           killer: int, cause: str) -> None:
+    """Every time once, in order; the ``killer``-th an error naming ``cause`` with its
+    usual fingerprint, the others identical to ``reference``."""
+    for r in results:
+        check(r)
+    assert [r["inspection_time"] for r in results] == [r["inspection_time"] for r in reference]
+    bad = results[killer]
+    assert bad["status"] == "error" and cause in bad["error"]
+    assert bad["fingerprint"] == reference[killer]["fingerprint"]
+    others = [r for i, r in enumerate(results) if i != killer]
+    assert_identical([r for i, r in enumerate(reference) if i != killer], others)
+
+
 def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
         engine_rule: Any) -> None:
     """Dask gives up on a task whose worker died ``allowed-failures`` times (KilledWorker):
@@ -265,13 +279,7 @@ def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
                      batch=3, max_in_flight=1)
     finally:
         executor.close()
-    for r in results:
-        check(r)
-    assert [r["inspection_time"] for r in results] == [r["inspection_time"] for r in reference]
-    killer = results[2]
-    assert killer["status"] == "error" and "KilledWorker" in killer["error"]
-    assert killer["fingerprint"] == reference[2]["fingerprint"]
-    assert_identical(reference[:2] + reference[3:], results[:2] + results[3:])
+    _check_killer_recorded(results, reference, 2, "KilledWorker")
 
 
 def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
@@ -295,12 +303,7 @@ def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
         run_backfill([site()], first, results.append, batch=3, renew=pool)
     finally:
         first.close()
-    for r in results:
-        check(r)
-    assert [r["inspection_time"] for r in results] == [r["inspection_time"] for r in reference]
-    killer = results[2]
-    assert killer["status"] == "error" and "BrokenProcessPool" in killer["error"]
-    assert_identical(reference[:2] + reference[3:], results[:2] + results[3:])
+    _check_killer_recorded(results, reference, 2, "BrokenProcessPool")
 
 
 SENSORS = ['n131', 'n150', 'n202', 'n23', 'n248', 'n253', 'n262', 'n285', 'n3', 'n313', 'n32',
