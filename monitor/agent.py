@@ -30,8 +30,9 @@ from typing import Any
 
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from monitor.delivery import Dispatcher
+from monitor.executors import close_executor
 from monitor.inspection import Inspector, Outcome
-from monitor.jobs import WORKER_DEATHS, killed_worker, worker_died_error
+from monitor.jobs import WorkerDeaths, killed_worker, worker_died_error
 from monitor.metrics import Metrics
 from monitor.sites import SiteRouter, SiteRunner
 from monitor.state import AgentState
@@ -89,10 +90,8 @@ class Agent:
         self._last_prune = 0.0
         self._started = False
         self._next_site = 0  # round robin over sites when workers are scarce
-        # (site index, time) of inspections whose worker process died under them: they run
-        # alone until they come back or are recorded, so that a death names its cause
-        self._suspects: set[tuple[int, datetime]] = set()
-        self._deaths: dict[tuple[int, datetime], int] = {}  # deaths while running alone
+        # inspections (site index, time) whose worker process died under them
+        self._deaths = WorkerDeaths()
         for site in self.sites:
             site.backoff = max(1.0, self.poll.total_seconds())
 
@@ -263,11 +262,7 @@ class Agent:
         if executor is None:
             return
         try:
-            close = getattr(executor, "close", None)
-            if close is not None:
-                close()
-            else:
-                executor.shutdown(wait=True, cancel_futures=True)
+            close_executor(executor)
         except Exception:
             log.exception("closing the executor failed")
 
@@ -328,7 +323,7 @@ class Agent:
         in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
         busy: set[int] = set()
         while True:
-            room = 1 if self._suspects else self.workers  # a suspect runs alone
+            room = 1 if self._deaths.suspects else self.workers  # a suspect runs alone
             while len(in_flight) < room and not self._stopping.is_set():
                 submitted = self._submit(busy)
                 if submitted is None:
@@ -385,20 +380,12 @@ class Agent:
     def _worker_died(self, i: int, site: SiteRunner, t: datetime, exc: BaseException,
                      alone: bool) -> bool:
         """The worker process running site ``i``'s inspection at ``t`` died (``exc``).
-        Returns True when the inspection is now recorded as an ``error`` result: Dask's
-        ``KilledWorker`` (the scheduler already saw it kill workers), or the
-        :data:`WORKER_DEATHS`-th death while it ran alone. A death while others ran names
-        no cause: the inspection becomes a suspect that runs alone next time. Without
-        this an inspection that kills its worker every time would hold its site back for
-        good, retried forever."""
-        key = (i, t)
-        if not killed_worker(exc):
-            self._suspects.add(key)
-            if not alone:
-                return False
-            self._deaths[key] = self._deaths.get(key, 0) + 1
-            if self._deaths[key] < WORKER_DEATHS:
-                return False
+        Returns True when the inspection is now recorded as an ``error`` result, once it
+        is known to kill its worker (:class:`~monitor.jobs.WorkerDeaths`); else it runs
+        again, alone. Without this an inspection that kills its worker every time would
+        hold its site back for good, retried forever."""
+        if not self._deaths.died((i, t), exc, alone=alone):
+            return False
         self._cleared(i, t)
         log.error("the inspection of site %s at %s killed its worker process each time it "
                   "ran; recorded as an error so that the site goes on", site.name, iso(t))
@@ -408,9 +395,8 @@ class Agent:
     def _cleared(self, i: int, t: datetime) -> None:
         """Site ``i``'s inspection at ``t`` came back or was recorded: it and the site's
         earlier ones are suspects no more."""
-        for key in [k for k in self._suspects | set(self._deaths) if k[0] == i and k[1] <= t]:
-            self._suspects.discard(key)
-            self._deaths.pop(key, None)
+        for key in [k for k in self._deaths.suspects if k[0] == i and k[1] <= t]:
+            self._deaths.forget(key)
 
     def _finish(self, site: SiteRunner, t: datetime, outcome: Outcome,
                 job: Any = None) -> dict[str, Any]:

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["DaskExecutor", "ExecutorUnavailable", "InlineExecutor", "LocalExecutor",
-           "build_executor", "default_workers", "describe", "parse_cluster"]
+           "build_executor", "close_executor", "default_workers", "describe",
+           "parse_cluster"]
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -195,6 +196,16 @@ def build_executor(config: ExecutorConfig) -> InlineExecutor | LocalExecutor | D
     if config.type == "inline" or workers == 1:
         return InlineExecutor()
     return LocalExecutor(workers)
+
+
+def close_executor(executor: Executor) -> None:
+    """Close any executor: its ``close()`` (ours: a Dask client and cluster, a pool), else
+    ``shutdown``."""
+    close = getattr(executor, "close", None)
+    if close is not None:
+        close()
+    else:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def parse_cluster(value: str) -> dict[str, Any]:

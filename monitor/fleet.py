@@ -48,11 +48,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor, close_executor
 from monitor.jobs import (
-    WORKER_DEATHS,
     InspectionBatch,
     InspectionJob,
     InspectorSettings,
+    WorkerDeaths,
     killed_worker,
     run_batch,
     run_detect,
@@ -138,8 +139,6 @@ class SiteBackfill:
 def capacity(executor: Executor) -> int:
     """How many jobs to keep in flight: four per worker (at least 4), so workers never
     wait on the reads and the submissions of the agent."""
-    from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor
-
     if isinstance(executor, InlineExecutor):
         return 1
     if isinstance(executor, LocalExecutor):
@@ -228,8 +227,7 @@ class _Backfill:
         self.observed = [0] * len(sites)  # per site: results observed so far
         self.submitted = [0] * len(sites)  # per site: units submitted so far
         self.retry: list[Unit] = []  # units to send again (first)
-        self.suspects: set[Unit] = set()  # units whose worker died: they run alone
-        self.deaths: dict[Unit, int] = {}  # deaths of a unit's worker while it ran alone
+        self.deaths = WorkerDeaths()  # units whose worker died; suspects run alone
         self.order = sorted(((t, k, i) for k, s in enumerate(sites)
                              for i, t in enumerate(s.times)), key=lambda x: (x[0], x[1]))
         self.ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # not emitted
@@ -259,7 +257,7 @@ class _Backfill:
             raise
         finally:
             if self.executor is not self.first_executor:  # a pool this run started
-                _close(self.executor)
+                close_executor(self.executor)
         return self.emitted
 
     # -- sending -------------------------------------------------------------------------
@@ -281,7 +279,7 @@ class _Backfill:
         # retries first; while a suspect is about, one job at a time, so that a death
         # names its cause; else in time order across sites, so the earliest results (the
         # ones output waits for) are computed first
-        room = 1 if self.suspects else self.limit
+        room = 1 if self.deaths.suspects else self.limit
         while self.retry and len(self.pending) < room:
             self._submit(self.retry.pop(0))
         while len(self.pending) < room:
@@ -313,7 +311,7 @@ class _Backfill:
             # Dask already ran it on other workers: its cause is known
             self._died(unit, exc, certain=True)
             return True
-        self.suspects.discard(unit)
+        self.deaths.forget(unit)
         results = value if isinstance(value, list) else [value]
         for i, result in zip(range(first, stop), results, strict=True):
             self.done[k][i] = result
@@ -329,7 +327,7 @@ class _Backfill:
                 broken.append(unit)
         assert self.renew is not None
         if self.executor is not self.first_executor:
-            _close(self.executor)  # its caller closes the first one
+            close_executor(self.executor)  # its caller closes the first one
         self.executor = self.renew()
         log.error("the process pool lost a process with %d job(s) in it; a fresh pool runs "
                   "them again", len(broken))
@@ -338,29 +336,22 @@ class _Backfill:
                        certain=len(broken) == 1)
 
     def _died(self, unit: Unit, exc: BaseException, *, certain: bool) -> None:
-        """``unit``'s worker died running it (``certain``: it was the cause). A batch is
-        sent again one time per job; a single time runs again, alone, until it has
-        killed its worker :data:`WORKER_DEATHS` times (once on Dask, whose scheduler has
-        already retried it), and is then recorded as an ``error`` result."""
+        """``unit``'s worker died running it (``certain``: it was the cause). A batch that
+        caused it is sent again one time per job; anything else runs again, alone, until
+        it is known to kill its worker (:class:`~monitor.jobs.WorkerDeaths`), and is then
+        recorded as an ``error`` result."""
         k, first, stop = unit
         site = self.sites[k]
-        if not certain:
-            self.suspects.add(unit)
-            self.retry.append(unit)
-            return
-        self.suspects.discard(unit)
-        if stop - first > 1:
+        if stop - first > 1 and (certain or killed_worker(exc)):
+            self.deaths.forget(unit)
             log.warning("a batch of %d inspections of %s killed its worker (%s); running "
                         "them one by one", stop - first, site.inspector.site, exc)
             singles = [(k, i, i + 1) for i in range(first, stop)]
             self.retry.extend(singles)
-            if not killed_worker(exc):
-                self.suspects.update(singles)
+            if not killed_worker(exc):  # on Dask the scheduler tells the cause
+                self.deaths.suspects.update(singles)
             return
-        deaths = WORKER_DEATHS if killed_worker(exc) else self.deaths.get(unit, 0) + 1
-        if deaths < WORKER_DEATHS:
-            self.deaths[unit] = deaths
-            self.suspects.add(unit)
+        if not self.deaths.died(unit, exc, alone=certain):
             self.retry.append(unit)
             return
         t = site.times[first]
@@ -383,10 +374,3 @@ class _Backfill:
             self.on_result(self.ready_out[k].pop(i))
             self.emitted += 1
 
-
-def _close(executor: Executor) -> None:
-    close = getattr(executor, "close", None)
-    if close is not None:
-        close()
-    else:
-        executor.shutdown(wait=False, cancel_futures=True)

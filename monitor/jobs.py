@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError", "SourceRead",
-           "killed_worker", "run_batch", "run_detect", "run_job", "worker_died_error"]
+__all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError",
+           "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect", "run_job",
+           "worker_died_error"]
 
 
 #: Deaths of its worker process, while it ran alone, after which an inspection is recorded
@@ -87,6 +88,39 @@ def worker_died_error(exc: BaseException) -> str:
     return (f"its worker process died each time it ran it ({type(exc).__name__}: out of "
             "memory, or a crash in native code); run it alone with `mmdwatch inspect --at` "
             "to see why, or give the workers more memory")
+
+
+class WorkerDeaths:
+    """Which jobs' worker processes died under them, and when a job is known to be the
+    cause. Keys are the caller's job ids. A death while other jobs shared the worker (a
+    local pool breaks with every job in it) names no cause: the job becomes a *suspect*,
+    and the caller runs jobs one at a time while there are suspects, so that its next
+    death is its own. A job is known to kill its worker after :data:`WORKER_DEATHS` deaths
+    while it ran alone, or at once on Dask's ``KilledWorker`` (the scheduler has already
+    retried it on other workers)."""
+
+    def __init__(self) -> None:
+        self.suspects: set[Any] = set()
+        self._alone: dict[Any, int] = {}  # deaths while the job ran alone
+
+    def died(self, key: Any, exc: BaseException, *, alone: bool) -> bool:
+        """Record that ``key``'s worker died (``exc``; ``alone``: no other job shared the
+        worker). True when ``key`` is now known to kill its worker (record it as an error;
+        it is forgotten here), False when it should run again, alone."""
+        if not killed_worker(exc):
+            self.suspects.add(key)
+            if not alone:
+                return False
+            self._alone[key] = self._alone.get(key, 0) + 1
+            if self._alone[key] < WORKER_DEATHS:
+                return False
+        self.forget(key)
+        return True
+
+    def forget(self, key: Any) -> None:
+        """``key`` came back or was recorded: no longer a suspect."""
+        self.suspects.discard(key)
+        self._alone.pop(key, None)
 
 
 class JobError(ValueError):
@@ -219,17 +253,14 @@ class InspectionBatch:
 
     def span(self) -> tuple[pd.Timestamp, pd.Timestamp]:
         """``[times[0] - B, times[-1] + A)``: every window of the batch lies inside."""
-        spec = self.inspector.spec
-        return spec.bounds(self.times[0])[0], spec.bounds(self.times[-1])[2]
+        return _span(self.inspector.spec, self.times)
 
     @classmethod
     def with_windows(cls, inspector: InspectorSettings, times: Sequence[datetime],
                      read_window: ReadWindow) -> InspectionBatch:
         """A batch carrying the readings of its whole span, read here in one query."""
-        spec = inspector.spec
         ts = tuple(sorted(times))
-        return cls(inspector, ts, frame=read_window(spec.bounds(ts[0])[0],
-                                                    spec.bounds(ts[-1])[2]))
+        return cls(inspector, ts, frame=read_window(*_span(inspector.spec, ts)))
 
     @classmethod
     def with_source(cls, inspector: InspectorSettings, times: Sequence[datetime],
@@ -241,6 +272,11 @@ class InspectionBatch:
     def read_window(self) -> ReadWindow:
         """The worker's ``read_window``: slices of the carried span, or source reads."""
         return _carried_reader(self.frame, self.source, None)
+
+
+def _span(spec: WindowSpec, times: Sequence[datetime]) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """From the first window's start to the last window's end of sorted ``times``."""
+    return spec.bounds(times[0])[0], spec.bounds(times[-1])[2]
 
 
 def _source_read(inspector: InspectorSettings, source: BaseModel) -> SourceRead:

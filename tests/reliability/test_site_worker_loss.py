@@ -37,6 +37,22 @@ def _two_sites(tmp_path, out):
     }, env={})
 
 
+def _each_site_done_once(tmp_path, out):
+    """The results in ``out``, after checking that each site's 7 inspections are there
+    once and in its ledger (9 days of data, before 7d, after 12h, every 6h from 01-12
+    00:00: 7 inspections)."""
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    state = AgentState(tmp_path / "state" / "state.sqlite")
+    try:
+        for site in ("north", "south"):
+            times = [r["inspection_time"] for r in results if r["site"] == site]
+            assert len(times) == len(set(times)) == 7, times
+            assert len(state.for_site(site).done_times()) == 7
+    finally:
+        state.close()
+    return results
+
+
 def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
     out = tmp_path / "results.jsonl"
     config = _two_sites(tmp_path, out)
@@ -57,15 +73,8 @@ def test_a_killed_pool_process_loses_no_inspection(tmp_path, caplog):
     finally:
         agent.stop()
     assert "executor lost a worker process" in caplog.text
-    results = [json.loads(line) for line in out.read_text().splitlines()]
-    state = AgentState(tmp_path / "state" / "state.sqlite")
-    for site in ("north", "south"):
-        times = [r["inspection_time"] for r in results if r["site"] == site]
-        # 9 days of data, before 7d, after 12h, every 6h from 01-12 00:00: 7 inspections
-        assert len(times) == len(set(times)) == 7, times
-        assert len(state.for_site(site).done_times()) == 7
+    results = _each_site_done_once(tmp_path, out)
     assert all(r["status"] in ("ok", "firing") for r in results)
-    state.close()
 
 
 def test_an_inspection_that_kills_its_worker_every_time_is_recorded_and_its_site_goes_on(
@@ -93,17 +102,9 @@ def test_an_inspection_that_kills_its_worker_every_time_is_recorded_and_its_site
     finally:
         agent.stop()
     assert "killed its worker process each time it ran" in caplog.text
-    results = [json.loads(line) for line in out.read_text().splitlines()]
-    state = AgentState(tmp_path / "state" / "state.sqlite")
-    for site in ("north", "south"):
-        mine = [r for r in results if r["site"] == site]
-        times = [r["inspection_time"] for r in mine]
-        assert len(times) == len(set(times)) == 7, times
-        assert len(state.for_site(site).done_times()) == 7
-        for r in mine:
-            if site == "north" and r["inspection_time"] == "2026-01-12T12:00:00Z":
-                assert r["status"] == "error" and "BrokenProcessPool" in r["error"]
-                assert "worker process died each time" in r["summary"]
-            else:
-                assert r["status"] in ("ok", "firing"), r
-    state.close()
+    for r in _each_site_done_once(tmp_path, out):
+        if r["site"] == "north" and r["inspection_time"] == "2026-01-12T12:00:00Z":
+            assert r["status"] == "error" and "BrokenProcessPool" in r["error"]
+            assert "worker process died each time" in r["summary"]
+        else:
+            assert r["status"] in ("ok", "firing"), r
