@@ -1,7 +1,10 @@
 """JSON Lines sink: one result per line, appended, flushed and fsynced.
 
 A result whose fingerprint is already among the file's recent lines is not written again,
-so a redelivery after a crash does not duplicate it.
+so a redelivery after a crash does not duplicate it. A process killed in the middle of a write
+leaves a torn last line; the first write after that ends it with a newline, so the torn line
+stays one unreadable line (redelivered in full from the outbox) instead of swallowing the next
+result.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class JsonlSink(Sink):
         self._lock = threading.Lock()
         self._seen: deque[str] | None = None
         self._seen_set: set[str] = set()
+        self._torn_tail = False
 
     @property
     def name(self) -> str:
@@ -47,12 +51,19 @@ class JsonlSink(Sink):
 
     def _load_seen(self) -> None:
         self._seen = deque(maxlen=10000)
+        self._seen_set = set()
+        self._torn_tail = False
         path = self.config.path
         if not path.is_file():
             return
         with path.open("rb") as fh:
             fh.seek(max(0, path.stat().st_size - _TAIL_BYTES))
-            for line in fh.read().splitlines():
+            tail = fh.read()
+            self._torn_tail = bool(tail) and not tail.endswith(b"\n")
+            if self._torn_tail:
+                log.warning("jsonl %s: its last line is unfinished (a write cut short by a crash); "
+                            "it is ended here and its result is written again in full", path)
+            for line in tail.splitlines():
                 try:
                     fp = json.loads(line).get("fingerprint")
                 except (ValueError, AttributeError):
@@ -79,13 +90,17 @@ class JsonlSink(Sink):
                 if fp and fp in self._seen_set:
                     log.info("jsonl %s: %s already written; not duplicated", path, fp)
                     return
+                if self._torn_tail:
+                    line = "\n" + line
                 with path.open("a", encoding="utf-8") as fh:
                     fh.write(line)
                     fh.flush()
                     if self.config.fsync:
                         os.fsync(fh.fileno())
             except OSError as exc:
+                self._seen = None  # a write may have stopped halfway: look at the tail again
                 raise SinkError(f"jsonl: cannot append to {path} ({exc.strerror or exc}); make "
                                 "its folder exist and be writable") from None
+            self._torn_tail = False
             if fp:
                 self._remember(fp)

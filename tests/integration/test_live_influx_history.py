@@ -16,6 +16,7 @@ import pytest
 
 from tests.connectors.mqtt_helpers import wait_until
 from tests.integration import scenario as sc
+from tests.results_file import read_results
 from tests.shared_data import DELAY_DEV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -52,9 +53,7 @@ def test_first_inspection_is_calibrated_from_the_sources_history(tmp_path, influ
     last = "2019-09-16T07:00:00Z"
 
     def results() -> list[dict]:
-        if not results_file.exists():
-            return []
-        return [json.loads(x) for x in results_file.read_text().splitlines() if x]
+        return read_results(results_file)
 
     agent = sc.AgentProcess(path, tmp_path / "agent.log", cwd=tmp_path)
     try:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.connectors.mqtt_helpers import Subscriber
 from tests.integration import scenario as sc
+from tests.results_file import read_results
 from tests.shared_data import DELAY_DEV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -63,7 +64,7 @@ def test_live_defaults_open_one_incident_after_the_leak(tmp_path, mosquitto_pers
         results: list[dict] = []
         while time.monotonic() < deadline:
             if results_file.exists():
-                results = [json.loads(x) for x in results_file.read_text().splitlines() if x]
+                results = read_results(results_file)
                 if results and pd.Timestamp(results[-1]["inspection_time"]) >= final:
                     break
             assert agent.proc.poll() is None, agent.log_text()[-3000:]

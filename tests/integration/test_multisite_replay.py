@@ -27,6 +27,7 @@ import pytest
 
 from tests.connectors.mqtt_helpers import Subscriber
 from tests.integration import scenario as sc
+from tests.results_file import read_results
 from tests.shared_data import DELAY_DEV
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -105,7 +106,7 @@ def test_three_sites_one_broker_only_the_leaking_site_alerts(tmp_path, mosquitto
         results: list[dict] = []
         while time.monotonic() < deadline:
             if results_file.exists():
-                results = [json.loads(x) for x in results_file.read_text().splitlines() if x]
+                results = read_results(results_file)
                 last = {r["site"]: pd.Timestamp(r["inspection_time"]) for r in results}
                 if all(last.get(site, pd.Timestamp(0, tz="UTC")) >= final[site]
                        for site in sites):

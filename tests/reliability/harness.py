@@ -3,7 +3,6 @@ mounts that make disk trouble real (a read-only or a tiny tmpfs)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sqlite3
@@ -19,6 +18,7 @@ import pandas as pd
 import pytest
 
 from tests.integration import scenario as sc
+from tests.results_file import read_results
 
 
 def network_csv(path: Path, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -81,9 +81,8 @@ def outbox_size(state_dir: Path) -> int:
 
 
 def jsonl_results(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The finished results of a JSONL sink whose agent these tests may have killed mid-write."""
+    return read_results(path, skip_torn=True)
 
 
 def wait_for(predicate, timeout: float, every: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
