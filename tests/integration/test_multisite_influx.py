@@ -9,6 +9,7 @@ import pytest
 
 from tests.connectors.mqtt_helpers import wait_until
 from tests.integration import scenario as sc
+from tests.results_file import read_results
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -32,7 +33,7 @@ def test_sites_selected_by_an_influxdb_tag(tmp_path, influxd):
     out = tmp_path / "state" / "results.jsonl"
     agent = sc.AgentProcess(path, tmp_path / "agent.log", cwd=tmp_path)
     try:
-        assert wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= 2,
+        assert wait_until(lambda: len(read_results(out)) >= 2,
                           timeout=400), agent.log_text()[-3000:]
     finally:
         code = agent.stop()
