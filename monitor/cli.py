@@ -373,13 +373,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if executor is not None:
             sites = [_site_backfill(c, i, r[0], times)
                      for c, i, r in zip(configs, inspectors, readers, strict=True)]
-            renew = None
             if cluster is not None and cluster.type == "local":
-                # a pool that lost a process is replaced and the backfill goes on
-                from monitor.executors import build_executor
+                # a pool that lost a process is replaced and the backfill goes on, from the
+                # calibration history to the last inspection
+                from monitor.executors import RenewableExecutor, build_executor
 
-                renew = functools.partial(build_executor, cluster)
-            results = _backfill_on(executor, sites, out, publisher, renew)
+                executor = RenewableExecutor(executor, functools.partial(build_executor,
+                                                                         cluster))
+            results = _backfill_on(executor, sites, out, publisher)
         else:
             results = _backfill_inline(config, inspectors[0], readers[0][0], times, out,
                                        publisher)
@@ -488,10 +489,10 @@ def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> 
     return SiteBackfill(inspector, times, read, source=source, tracker=tracker)
 
 
-def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any,
-                 renew: Any = None) -> list[dict[str, Any]]:
+def _backfill_on(executor: Any, sites: list[Any], out: Any,
+                 publisher: Any) -> list[dict[str, Any]]:
     """The backfill's inspections of every site on ``executor`` (``--cluster``, or several
-    sites), written in time order; ``renew`` builds a fresh executor when a local pool
+    sites), written in time order; a ``RenewableExecutor`` replaces a local pool that
     breaks (``run_backfill``)."""
     from tqdm import tqdm
 
@@ -516,7 +517,7 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any,
             bar.update(1)
             results.append(result)
 
-        run_backfill(sites, executor, emit, renew=renew)
+        run_backfill(sites, executor, emit)
     return results
 
 

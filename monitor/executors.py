@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["DaskExecutor", "ExecutorUnavailable", "InlineExecutor", "LocalExecutor",
-           "build_executor", "close_executor", "default_workers", "describe",
-           "parse_cluster"]
+           "RenewableExecutor", "build_executor", "close_executor", "default_workers",
+           "describe", "parse_cluster"]
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -206,6 +206,51 @@ def close_executor(executor: Executor) -> None:
         close()
     else:
         executor.shutdown(wait=True, cancel_futures=True)
+
+
+class RenewableExecutor(Executor):
+    """An executor that its user can replace when it breaks: a local process pool that lost
+    a process is broken for good (every later ``submit`` raises ``BrokenProcessPool``).
+    Tasks go to :attr:`current`; :meth:`renew` closes a broken executor it built and puts
+    a fresh one from ``build`` in its place, so that the stages of one backfill (the
+    calibration history, then the inspections) go on on the same, renewed pool.
+
+    :meth:`close` closes every executor held, the first included; :meth:`close_renewed`
+    only those ``build`` made (for a caller that owns the first)."""
+
+    def __init__(self, first: Executor, build: Callable[[], Executor] | None = None) -> None:
+        self.first = first
+        self.current = first
+        self.build = build
+
+    @property
+    def renewable(self) -> bool:
+        return self.build is not None
+
+    def renew(self) -> None:
+        """Replace :attr:`current` with a fresh executor from ``build``."""
+        if self.build is None:
+            raise RuntimeError("this executor cannot be renewed: give build")
+        self.close_renewed()
+        self.current = self.build()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return self.current.submit(fn, *args, **kwargs)
+
+    def close_renewed(self) -> None:
+        if self.current is not self.first:
+            close_executor(self.current)
+            self.current = self.first
+
+    def close(self) -> None:
+        self.close_renewed()
+        close_executor(self.first)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RenewableExecutor({self.current!r})"
 
 
 def parse_cluster(value: str) -> dict[str, Any]:

@@ -23,6 +23,8 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
 * The calibration history before the first time is computed as
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
   each time's statistic computed by :func:`~monitor.jobs.run_detect` on the executor.
+  A statistic whose worker keeps dying is left out of the history (as one whose windows
+  cannot give it), under the rule below.
 
 Every submitted job yields its results at most once (a Dask worker lost mid-task: the
 scheduler runs the task again elsewhere, up to its ``allowed-failures``); a result is
@@ -32,8 +34,9 @@ crash in native code) is not fatal:
 * Dask gives up on it with ``KilledWorker``, having run it on other workers: a batch is
   sent again one time per job, and a single time is recorded as an ``error`` result naming
   the cause.
-* A local process pool that loses a process breaks, taking every job in it (given
-  ``renew``, a fresh pool is started). Those jobs run again one at a time, so that the next
+* A local process pool that loses a process breaks, taking every job in it (given a
+  :class:`~monitor.executors.RenewableExecutor`, or ``renew``, a fresh pool is started
+  and used from then on). Those jobs run again one at a time, so that the next
   death names its cause: a batch that dies alone is split into single times, and a single
   time that has killed its process :data:`~monitor.jobs.WORKER_DEATHS` times alone is
   recorded as an ``error`` result. The rest of the backfill goes on.
@@ -48,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor, close_executor
+from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor, RenewableExecutor
 from monitor.jobs import (
     InspectionBatch,
     InspectionJob,
@@ -139,6 +142,8 @@ class SiteBackfill:
 def capacity(executor: Executor) -> int:
     """How many jobs to keep in flight: four per worker (at least 4), so workers never
     wait on the reads and the submissions of the agent."""
+    if isinstance(executor, RenewableExecutor):
+        executor = executor.current
     if isinstance(executor, InlineExecutor):
         return 1
     if isinstance(executor, LocalExecutor):
@@ -155,31 +160,62 @@ def batch_size(executor: Executor, n_times: int) -> int:
     return max(1, min(MAX_BATCH, n_times // (2 * capacity(executor))))
 
 
-def _map_ordered(executor: Executor, fn: Callable[[Any], Any], jobs: Sequence[Any],
-                 limit: int) -> list[Any]:
-    """``[fn(job) for job in jobs]`` on the executor, at most ``limit`` in flight."""
-    out: list[Any] = [None] * len(jobs)
+def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
+                ) -> list[float | None]:
+    """``[run_detect(job) for job in jobs]`` on the executor, at most ``limit`` in flight.
+    A job whose worker keeps dying gives None (:class:`~monitor.jobs.WorkerDeaths`; a
+    broken pool of a :class:`RenewableExecutor` is renewed), as a statistic that cannot be
+    computed; any other exception is raised."""
+    out: list[float | None] = [None] * len(jobs)
+    todo = list(range(len(jobs)))[::-1]  # popped from the end: in order, retries first
     pending: dict[Future[Any], int] = {}
-    nxt = 0
-    while nxt < len(jobs) or pending:
-        while nxt < len(jobs) and len(pending) < limit:
-            pending[executor.submit(fn, jobs[nxt])] = nxt
-            nxt += 1
-        done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-        for f in done:
-            out[pending.pop(f)] = f.result()
+    deaths = WorkerDeaths()
+    while todo or pending:
+        room = 1 if deaths.suspects else limit  # a suspect runs alone: its death is its own
+        while todo and len(pending) < room:
+            i = todo.pop()
+            pending[executor.submit(run_detect, jobs[i])] = i
+        finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+        if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):
+            finished, _ = wait(list(pending))  # the pool took every job in it
+        dead: list[tuple[int, BaseException]] = []
+        for future in finished:
+            i = pending.pop(future)
+            exc = future.exception()
+            if exc is None:
+                deaths.forget(i)
+                out[i] = future.result()
+            elif killed_worker(exc) or (isinstance(exc, BrokenProcessPool)
+                                        and isinstance(executor, RenewableExecutor)
+                                        and executor.renewable):
+                dead.append((i, exc))
+            else:
+                raise exc
+        if any(isinstance(exc, BrokenProcessPool) for _, exc in dead):
+            assert isinstance(executor, RenewableExecutor)
+            log.error("the process pool lost a process with %d calibration job(s) in it; a "
+                      "fresh pool runs them again", len(dead))
+            executor.renew()
+        for i, exc in dead:
+            if deaths.died(i, exc, alone=len(dead) == 1):
+                log.error("the calibration statistic of %s at %s killed its worker each "
+                          "time it ran (%s); left out of the history", jobs[i].site,
+                          jobs[i].inspection_time, exc)
+            else:
+                todo.append(i)
     return out
 
 
 def backfill_history(site: SiteBackfill, times: list[datetime], executor: Executor) -> int:
     """:meth:`SiteTracker.backfill` with the statistics computed on ``executor``: the
-    values and their order in the history are the same. Returns how many were added."""
+    values and their order in the history are the same, but for a statistic whose worker
+    keeps dying, which is left out. Returns how many were added."""
     if site.tracker is None:
         return 0
 
     def detect_many(ts: list[datetime], read: ReadWindow) -> list[float | None]:
         jobs = [InspectionJob.with_windows(site.settings, th, read) for th in ts]
-        return _map_ordered(executor, run_detect, jobs, capacity(executor))
+        return _detect_all(executor, jobs, capacity(executor))
 
     return site.tracker.backfill(times, site.read_window, detect_many)
 
@@ -194,12 +230,13 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
     per inspection, in time order (ties: in the order of ``sites``), after its site's
     tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
     :func:`batch_size`; 1: one job per time). ``renew``: builds a fresh executor when a
-    local process pool breaks (a process died); the ones it builds are closed here.
-    Returns the number of results.
+    local process pool breaks (a process died); the ones it builds are closed here. A
+    :class:`RenewableExecutor` (shared with :func:`backfill_history`) renews itself
+    instead, and its caller closes it. Returns the number of results.
 
-    An exception from a job (a source a worker cannot read; a broken process pool without
-    ``renew``) is raised here after the jobs in flight are cancelled; what was emitted
-    stays emitted. A job whose worker died (Dask's ``KilledWorker``, a broken pool with
+    An exception from a job (a source a worker cannot read; a broken process pool that
+    cannot be renewed) is raised here after the jobs in flight are cancelled; what was
+    emitted stays emitted. A job whose worker died (Dask's ``KilledWorker``, a broken pool with
     ``renew``) is run again, alone, and ends as an ``error`` result if it keeps killing its
     worker: see the module's docstring.
     """
@@ -214,10 +251,10 @@ class _Backfill:
                  on_result: OnResult, max_in_flight: int | None, batch: int | None,
                  renew: Callable[[], Executor] | None) -> None:
         self.sites = sites
-        self.executor = executor
-        self.first_executor = executor
+        self.own_executor = not isinstance(executor, RenewableExecutor)  # ours to close
+        self.executor = executor if isinstance(executor, RenewableExecutor) \
+            else RenewableExecutor(executor, renew)
         self.on_result = on_result
-        self.renew = renew
         self.limit = max_in_flight or capacity(executor)
         if batch is None:
             batch = batch_size(executor, sum(len(s.times) for s in sites if s.tracker is None))
@@ -256,8 +293,8 @@ class _Backfill:
                 f.cancel()
             raise
         finally:
-            if self.executor is not self.first_executor:  # a pool this run started
-                close_executor(self.executor)
+            if self.own_executor:
+                self.executor.close_renewed()  # the pools this run started
         return self.emitted
 
     # -- sending -------------------------------------------------------------------------
@@ -302,7 +339,7 @@ class _Backfill:
         try:
             value = future.result()
         except BrokenProcessPool:
-            if self.renew is None:
+            if not self.executor.renewable:
                 raise
             return False
         except Exception as exc:
@@ -325,10 +362,7 @@ class _Backfill:
             unit = self.pending.pop(future)
             if not self._collect(future, unit):
                 broken.append(unit)
-        assert self.renew is not None
-        if self.executor is not self.first_executor:
-            close_executor(self.executor)  # its caller closes the first one
-        self.executor = self.renew()
+        self.executor.renew()
         log.error("the process pool lost a process with %d job(s) in it; a fresh pool runs "
                   "them again", len(broken))
         for unit in broken:  # alone, the one job in the pool was the cause

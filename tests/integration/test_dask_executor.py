@@ -306,6 +306,65 @@ def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
     _check_killer_recorded(results, reference, 2, "BrokenProcessPool")
 
 
+def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_backfill_goes_on(
+        ) -> None:
+    """The calibration history of a live-profile backfill on a local pool of 2 (as
+    `backfill --cluster local:2` builds it: a RenewableExecutor): the statistic of one
+    history time kills its process every time. The pool is replaced, the jobs that died with
+    it run again alone, and that one time is left out of the history after its second death
+    alone; the inspections then run on the fresh pool. History and results equal the inline
+    backfill's with that time left out of its history."""
+    from monitor.cli import _site_backfill, _window_reader
+    from monitor.compose import build_inspector
+    from monitor.config import validate_config
+    from monitor.executors import InlineExecutor, LocalExecutor, RenewableExecutor
+    from monitor.fleet import backfill_history, run_backfill
+    from monitor.tracker import history_times
+
+    config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
+                              "sinks": [], "engine": {"method": "mmd-baseline"},
+                              "decision": {"history": "2d", "min_history": "1d"}})
+    inspector = build_inspector(config)
+    read, close = _window_reader(config)
+    t0 = datetime(2019, 9, 15, 21, tzinfo=UTC)
+    times = [t0, t0 + timedelta(hours=1)]
+    past = history_times(inspector, t0)
+    t_kill = past[4]
+    try:
+        inline = _site_backfill(config, inspector, read, times)
+        backfill_history(inline, past, InlineExecutor())
+        assert inline.tracker is not None and t_kill in inline.tracker.history
+        del inline.tracker.history[t_kill]
+        reference: list[dict[str, Any]] = []
+        run_backfill([inline], InlineExecutor(), reference.append)
+
+        pools: list[KillingExecutor] = []
+
+        def pool() -> KillingExecutor:
+            pools.append(KillingExecutor(LocalExecutor(2), t_kill))
+            return pools[-1]
+
+        executor = RenewableExecutor(pool(), pool)
+        site = _site_backfill(config, inspector, read, times)
+        results: list[dict[str, Any]] = []
+        try:
+            added = backfill_history(site, past, executor)
+            run_backfill([site], executor, results.append)
+        finally:
+            executor.close()
+    finally:
+        close()
+    assert site.tracker is not None
+    assert added == len(past) - 1
+    assert list(site.tracker.history) == list(inline.tracker.history)  # t_kill in neither
+    assert list(site.tracker.history.values()) == pytest.approx(
+        list(inline.tracker.history.values()), rel=1e-9)
+    assert len(pools) == 4  # the first broke with others in it, then twice with t_kill alone
+    for r in results:
+        check(r)
+    assert_identical(reference, results)
+
+
 SENSORS = ['n131', 'n150', 'n202', 'n23', 'n248', 'n253', 'n262', 'n285', 'n3', 'n313', 'n32',
            'n323', 'n330', 'n334', 'n340', 'n401', 'n412', 'n447', 'n475', 'n478', 'n566',
            'n587', 'n607', 'n631', 'n634', 'n657', 'n693', 'n732', 'n747', 'n75']

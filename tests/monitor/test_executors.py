@@ -201,3 +201,37 @@ def test_a_failed_inspection_result_keeps_the_contract() -> None:
     check(result)
     assert result["status"] == "error" and result["fingerprint"] == inspector.fingerprint(t)
     assert "died each time" in result["summary"]
+
+
+class _CountingExecutor(InlineExecutor):
+    """An inline executor that counts its closes."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_renewable_executor_closes_what_it_built_and_its_owner_the_rest() -> None:
+    from monitor.executors import RenewableExecutor
+
+    first = _CountingExecutor()
+    built: list[_CountingExecutor] = []
+
+    def build() -> _CountingExecutor:
+        built.append(_CountingExecutor())
+        return built[-1]
+
+    executor = RenewableExecutor(first, build)
+    assert executor.submit(pow, 2, 5).result() == 32 and executor.current is first
+    executor.renew()
+    executor.renew()  # the second closes the first one it built, never ``first``
+    assert executor.current is built[1] and executor.submit(pow, 3, 2).result() == 9
+    assert [first.closed, built[0].closed, built[1].closed] == [0, 1, 0]
+    executor.close_renewed()  # what run_backfill does with a pool it was not given
+    assert [first.closed, built[1].closed] == [0, 1] and executor.current is first
+    executor.close()
+    assert first.closed == 1
+    with pytest.raises(RuntimeError, match="give build"):
+        RenewableExecutor(first).renew()
