@@ -190,6 +190,8 @@ def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
                                         and executor.renewable):
                 dead.append((i, exc))
             else:
+                for other in pending:
+                    other.cancel()
                 raise exc
         if any(isinstance(exc, BrokenProcessPool) for _, exc in dead):
             assert isinstance(executor, RenewableExecutor)
@@ -236,9 +238,9 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
 
     An exception from a job (a source a worker cannot read; a broken process pool that
     cannot be renewed) is raised here after the jobs in flight are cancelled; what was
-    emitted stays emitted. A job whose worker died (Dask's ``KilledWorker``, a broken pool with
-    ``renew``) is run again, alone, and ends as an ``error`` result if it keeps killing its
-    worker: see the module's docstring.
+    emitted stays emitted. A job whose worker died (Dask's ``KilledWorker``, a broken pool
+    that is renewed) is run again, alone, and ends as an ``error`` result if it keeps
+    killing its worker: see the module's docstring.
     """
     return _Backfill(sites, executor, on_result, max_in_flight, batch, renew).run()
 
