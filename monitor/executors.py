@@ -216,7 +216,7 @@ class RenewableExecutor(Executor):
     calibration history, then the inspections) go on on the same, renewed pool.
 
     :meth:`close` closes every executor held, the first included; :meth:`close_renewed`
-    only those ``build`` made (for a caller that owns the first)."""
+    only the one ``build`` made last (those before it were closed when renewed)."""
 
     def __init__(self, first: Executor, build: Callable[[], Executor] | None = None) -> None:
         self.first = first

@@ -35,8 +35,8 @@ crash in native code) is not fatal:
   sent again one time per job, and a single time is recorded as an ``error`` result naming
   the cause.
 * A local process pool that loses a process breaks, taking every job in it (given a
-  :class:`~monitor.executors.RenewableExecutor`, or ``renew``, a fresh pool is started
-  and used from then on). Those jobs run again one at a time, so that the next
+  :class:`~monitor.executors.RenewableExecutor`, a fresh pool is started and used from
+  then on). Those jobs run again one at a time, so that the next
   death names its cause: a batch that dies alone is split into single times, and a single
   time that has killed its process :data:`~monitor.jobs.WORKER_DEATHS` times alone is
   recorded as an ``error`` result. The rest of the backfill goes on.
@@ -160,6 +160,11 @@ def batch_size(executor: Executor, n_times: int) -> int:
     return max(1, min(MAX_BATCH, n_times // (2 * capacity(executor))))
 
 
+def _can_renew(executor: Executor) -> bool:
+    """Whether a broken process pool of ``executor`` can be replaced by a fresh one."""
+    return isinstance(executor, RenewableExecutor) and executor.renewable
+
+
 def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
                 ) -> list[float | None]:
     """``[run_detect(job) for job in jobs]`` on the executor, at most ``limit`` in flight.
@@ -186,8 +191,7 @@ def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
                 deaths.forget(i)
                 out[i] = future.result()
             elif killed_worker(exc) or (isinstance(exc, BrokenProcessPool)
-                                        and isinstance(executor, RenewableExecutor)
-                                        and executor.renewable):
+                                        and _can_renew(executor)):
                 dead.append((i, exc))
             else:
                 for other in pending:
@@ -226,15 +230,13 @@ Unit = tuple[int, int, int]  # (site index, index of its first time, one past it
 
 
 def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,
-                 *, max_in_flight: int | None = None, batch: int | None = None,
-                 renew: Callable[[], Executor] | None = None) -> int:
+                 *, max_in_flight: int | None = None, batch: int | None = None) -> int:
     """Run every site's inspections on ``executor``; ``on_result(result)`` is called once
     per inspection, in time order (ties: in the order of ``sites``), after its site's
     tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
-    :func:`batch_size`; 1: one job per time). ``renew``: builds a fresh executor when a
-    local process pool breaks (a process died); the ones it builds are closed here. A
-    :class:`RenewableExecutor` (shared with :func:`backfill_history`) renews itself
-    instead, and its caller closes it. Returns the number of results.
+    :func:`batch_size`; 1: one job per time). A :class:`RenewableExecutor` (the one
+    :func:`backfill_history` ran on) replaces a local process pool that breaks (a process
+    died); its caller closes it. Returns the number of results.
 
     An exception from a job (a source a worker cannot read; a broken process pool that
     cannot be renewed) is raised here after the jobs in flight are cancelled; what was
@@ -242,7 +244,7 @@ def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: O
     that is renewed) is run again, alone, and ends as an ``error`` result if it keeps
     killing its worker: see the module's docstring.
     """
-    return _Backfill(sites, executor, on_result, max_in_flight, batch, renew).run()
+    return _Backfill(sites, executor, on_result, max_in_flight, batch).run()
 
 
 class _Backfill:
@@ -250,12 +252,9 @@ class _Backfill:
     not yet observed or emitted, and the jobs whose worker died."""
 
     def __init__(self, sites: Sequence[SiteBackfill], executor: Executor,
-                 on_result: OnResult, max_in_flight: int | None, batch: int | None,
-                 renew: Callable[[], Executor] | None) -> None:
+                 on_result: OnResult, max_in_flight: int | None, batch: int | None) -> None:
         self.sites = sites
-        self.own_executor = not isinstance(executor, RenewableExecutor)  # ours to close
-        self.executor = executor if isinstance(executor, RenewableExecutor) \
-            else RenewableExecutor(executor, renew)
+        self.executor = executor
         self.on_result = on_result
         self.limit = max_in_flight or capacity(executor)
         if batch is None:
@@ -294,9 +293,6 @@ class _Backfill:
             for f in self.pending:
                 f.cancel()
             raise
-        finally:
-            if self.own_executor:
-                self.executor.close_renewed()  # the pools this run started
         return self.emitted
 
     # -- sending -------------------------------------------------------------------------
@@ -341,7 +337,7 @@ class _Backfill:
         try:
             value = future.result()
         except BrokenProcessPool:
-            if not self.executor.renewable:
+            if not _can_renew(self.executor):
                 raise
             return False
         except Exception as exc:
@@ -364,6 +360,7 @@ class _Backfill:
             unit = self.pending.pop(future)
             if not self._collect(future, unit):
                 broken.append(unit)
+        assert isinstance(self.executor, RenewableExecutor)
         self.executor.renew()
         log.error("the process pool lost a process with %d job(s) in it; a fresh pool runs "
                   "them again", len(broken))

@@ -285,11 +285,11 @@ def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
 def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
         engine_rule: Any) -> None:
     """A local pool of 2 whose task for one time kills its process every time (as
-    `backfill --cluster local:2` builds it, with `renew`): each broken pool is replaced;
+    `backfill --cluster local:2` builds it, a RenewableExecutor): each broken pool is replaced;
     the jobs that died with it run again one at a time, a batch split into single times,
     and the time that kills its process is recorded as an ``error`` after its second death
     alone. The other five come back once, identical to inline."""
-    from monitor.executors import LocalExecutor
+    from monitor.executors import LocalExecutor, RenewableExecutor
     from monitor.fleet import run_backfill
 
     site, times, reference = engine_rule
@@ -297,12 +297,12 @@ def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
     def pool() -> KillingExecutor:
         return KillingExecutor(LocalExecutor(2), times[2])
 
-    first = pool()
+    executor = RenewableExecutor(pool(), pool)
     results: list[dict[str, Any]] = []
     try:
-        run_backfill([site()], first, results.append, batch=3, renew=pool)
+        run_backfill([site()], executor, results.append, batch=3)
     finally:
-        first.close()
+        executor.close()
     _check_killer_recorded(results, reference, 2, "BrokenProcessPool")
 
 

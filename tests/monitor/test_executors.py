@@ -229,7 +229,7 @@ def test_a_renewable_executor_closes_what_it_built_and_its_owner_the_rest() -> N
     executor.renew()  # the second closes the first one it built, never ``first``
     assert executor.current is built[1] and executor.submit(pow, 3, 2).result() == 9
     assert [first.closed, built[0].closed, built[1].closed] == [0, 1, 0]
-    executor.close_renewed()  # what run_backfill does with a pool it was not given
+    executor.close_renewed()  # only what it built
     assert [first.closed, built[1].closed] == [0, 1] and executor.current is first
     executor.close()
     assert first.closed == 1
