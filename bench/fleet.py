@@ -6,7 +6,7 @@ week of hourly inspections, and the per-job costs the README's scaling model use
 1. **Throughput** (``--inspections 100``): one backfill of N independent inspections of the
    shared L-Town dev set d1 (30 sensors; the live windows, 7 days before / 16 hours after,
    decided by the engine rule so each inspection is one CV-aggregation fit, the compute
-   an inspection costs when it fires), run by ``monitor.fleet.run_backfill`` on a Dask
+   an inspection costs when it fires), run by ``monitor.fleet.backfill.run_backfill`` on a Dask
    ``LocalCluster`` of 1 and of 2 single-threaded worker processes and on the local process
    pool of 2, one inspection per job, then on 2 workers with ``run_backfill``'s default
    batches (consecutive times as one ``InspectionBatch``, fits through ``fit_many``).
@@ -14,7 +14,7 @@ week of hourly inspections, and the per-job costs the README's scaling model use
    checked identical (fingerprints, statuses, selected sensors, p-values within 1e-6)
    across the executors.
 2. **Sites** (``--sites 20 --days 7``): 20 simulated district networks
-   (``monitor.simulate``, 20 sensors each, a leak in every fourth), live profile
+   (``monitor.demo.simulate``, 20 sensors each, a leak in every fourth), live profile
    (calibrated; the history before the first time computed on the workers too), hourly
    for 7 days: 20 x 168 = 3,360 inspections on a Dask LocalCluster of ``--workers`` (2).
    Wall time and cost per inspection.
@@ -68,15 +68,13 @@ def _warm() -> int:
     """Imports an inspection needs (run once per worker before timing)."""
     import torch  # noqa: F401
 
-    import engine  # noqa: F401
-    import monitor.detection
     import monitor.windows  # noqa: F401
 
     return os.getpid()
 
 
 def _warm_up(executor: Any, workers: int) -> None:
-    from monitor.executors import DaskExecutor
+    from monitor.fleet.executors import DaskExecutor
 
     if isinstance(executor, DaskExecutor):
         executor.wait_for_workers(workers, timeout=120)
@@ -98,7 +96,7 @@ def _workers_cpu(executor: Any) -> float:
     """CPU seconds used so far by the executor's worker processes (all of them)."""
     import psutil
 
-    from monitor.executors import DaskExecutor
+    from monitor.fleet.executors import DaskExecutor
 
     if isinstance(executor, DaskExecutor):
         return float(sum(executor.client.run(_process_cpu).values()))
@@ -114,7 +112,7 @@ def _workers_cpu(executor: Any) -> float:
 
 def _executor(kind: str, workers: int) -> Any:
     from monitor.config import ExecutorConfig
-    from monitor.executors import build_executor
+    from monitor.fleet.executors import build_executor
 
     config = ExecutorConfig(type=kind, workers=workers)  # type: ignore[arg-type]
     if kind == "local" and workers == 1:
@@ -126,7 +124,7 @@ def _d1_site(rule: str, method: str) -> tuple[Any, Any, Any]:
     """(config, inspector, read_window) for d1, the live windows under ``rule``."""
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.tracker import cached_reader
+    from monitor.decision.tracker import cached_reader
     from monitor.windows import WindowSpec  # noqa: F401 - imported for pickling on workers
 
     config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
@@ -170,7 +168,7 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
 def throughput(n: int, method: str, cases: list[tuple[str, int, int | None]]) -> pd.DataFrame:
     """``cases``: (executor kind, workers, times per job: 1, or None for run_backfill's
     default batches)."""
-    from monitor.fleet import SiteBackfill, batch_size, run_backfill
+    from monitor.fleet.backfill import SiteBackfill, batch_size, run_backfill
 
     _, inspector, read = _d1_site("engine", method)
     t0 = datetime(2019, 9, 10, tzinfo=UTC)
@@ -218,9 +216,9 @@ def throughput(n: int, method: str, cases: list[tuple[str, int, int | None]]) ->
 def sites(n_sites: int, days: int, workers: int, kind: str) -> pd.DataFrame:
     from monitor.compose import build_incidents, build_inspector
     from monitor.config import validate_config
-    from monitor.fleet import SiteBackfill, backfill_history, run_backfill
-    from monitor.simulate import Scenario, simulate
-    from monitor.tracker import SiteTracker, cached_reader, history_times
+    from monitor.decision.tracker import SiteTracker, cached_reader, history_times
+    from monitor.demo.simulate import Scenario, simulate
+    from monitor.fleet.backfill import SiteBackfill, backfill_history, run_backfill
 
     start = pd.Timestamp("2026-01-05T00:00:00Z")
     first = (start + pd.Timedelta(days=11)).to_pydatetime()  # 7 days before + 4 of history
@@ -283,9 +281,9 @@ def _noop(x: int) -> int:
 
 
 def costs(n: int = 200) -> pd.DataFrame:
-    from monitor.executors import DaskExecutor
-    from monitor.fleet import SiteBackfill
-    from monitor.state import AgentState
+    from monitor.fleet.backfill import SiteBackfill
+    from monitor.fleet.executors import DaskExecutor
+    from monitor.storage.state import AgentState
 
     rows = []
     _, inspector, _ = _d1_site("calibrated", "cv-aggregation")

@@ -3,7 +3,7 @@
 A 10,000-sensor network at 5-minute sampling needs 33 readings/s; after an outage the
 agent must also swallow the backlog, so the target is at least 20,000 readings/s,
 sustained, with flat memory. This benchmark streams synthetic readings into the real
-:class:`monitor.store.ReadingStore` (SQLite, WAL, on disk, one transaction per batch as
+:class:`monitor.storage.store.ReadingStore` (SQLite, WAL, on disk, one transaction per batch as
 the sources deliver them) for ``--seconds`` of wall time, prunes with the store's
 retention as the agent does, and samples the process's resident memory.
 
@@ -63,8 +63,8 @@ def batches(n_sensors: int, batch_size: int, step_s: float, start: float, seed: 
 
 def run(seconds: float, n_sensors: int, batch_size: int, retention_s: float, state: Path,
         sample_every: float = 5.0) -> dict:
-    from monitor.metrics import Metrics
-    from monitor.store import ReadingStore
+    from monitor.service.metrics import Metrics
+    from monitor.storage.store import ReadingStore
 
     metrics = Metrics()
     store = ReadingStore(state / "readings.sqlite", metrics)

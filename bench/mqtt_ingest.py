@@ -1,7 +1,7 @@
 """How many readings per second the MQTT source commits into the agent's store.
 
 A real mosquitto (started here on a free loopback port, as the tests do) and the real
-``MqttSource`` -> ``monitor.store.ReadingStore`` path (SQLite, WAL). Two modes:
+``MqttSource`` -> ``monitor.storage.store.ReadingStore`` path (SQLite, WAL). Two modes:
 
 * ``backlog``: the readings are queued on the broker for the source's persistent session
   while it is away (as after an agent restart); timed from ``start`` to the last commit.
@@ -40,7 +40,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 
 from connectors.mqtt import MqttSource
-from monitor.store import ReadingStore
+from monitor.storage.store import ReadingStore
 from tests.servers import MosquittoServer
 
 RESULTS = Path(__file__).resolve().parent / "results"

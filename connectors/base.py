@@ -16,7 +16,7 @@ Two kinds of sources exist because readings live in two kinds of places:
 
 A source may be both (the file source is). Inspections only ever ask a
 :class:`WindowSource`: the source itself, or for a stream source the agent's reading store
-(:class:`monitor.store.ReadingStore`), which is a window source too. Which one is decided
+(:class:`monitor.storage.store.ReadingStore`), which is a window source too. Which one is decided
 once, in :func:`monitor.compose.build_windows`.
 """
 from __future__ import annotations

@@ -32,30 +32,14 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _decimals(before: float, after: float) -> int:
-    """Decimals that show three significant digits of the larger mean (0 to 6): a change
-    below that resolution is noise to an operator and shows as 0."""
-    top = max(abs(before), abs(after))
-    places = 2 - math.floor(math.log10(top)) if top > 0 else 0
-    return min(max(places, 0), 6)
-
-
-def format_change(before: Any, after: Any) -> str:
-    """``36.1 -> 35.1 (-1.0)``: window means in the source's units and their change,
-    rounded to three significant digits of the larger mean (``n/a`` where one is missing)."""
-    if not (_finite(before) and _finite(after)):
-        return f"{_num(before, '.4g')} -> {_num(after, '.4g')}"
-    places = _decimals(before, after)
-    delta = round(after - before, places) + 0.0  # + 0.0: no "-0.0"
-    return f"{before:.{places}f} -> {after:.{places}f} ({delta:+.{places}f})"
-
-
 def _sensor_line(s: dict[str, Any]) -> str:
-    """One ranked sensor: its change in source units (raw window means) when the result
-    has them, else the normalised means, marked so."""
+    """One ranked sensor: the change text the result carries (source units), else its raw
+    window means, else the normalised means, marked so."""
     mark = "*" if s.get("selected") else " "
-    if "raw_mean_before" in s or "raw_mean_after" in s:
-        change = format_change(s.get("raw_mean_before"), s.get("raw_mean_after"))
+    if isinstance(s.get("change"), str):  # written by the inspection (monitor/summary.py)
+        change = s["change"]
+    elif "raw_mean_before" in s or "raw_mean_after" in s:
+        change = f"{_num(s.get('raw_mean_before'), '.4g')} -> {_num(s.get('raw_mean_after'), '.4g')}"
     else:
         change = (f"{_num(s.get('mean_before'), '.4g')} -> {_num(s.get('mean_after'), '.4g')}"
                   " (normalised)")

@@ -6,23 +6,54 @@
 
 Pure computation: no I/O, no global state. Torch is imported with this package; the
 CLI imports the engine lazily.
-"""
-from engine.errors import (
-    EmptyInputError,
-    EngineError,
-    InvalidParameterError,
-    NonFiniteInputError,
-    ShapeMismatchError,
-    TooFewSamplesError,
-    TooFewVariablesError,
-)
-from engine.optimiser import FAST, PAPER, OptimiserConfig
-from engine.result import Selection
-from engine.selectors import CVAggregation, MMDBaseline, ModelSelection, RegressionBaseline
 
-#: method name (each selector's ``method``) -> selector class
-METHODS = {cls.method: cls for cls in (CVAggregation, ModelSelection, MMDBaseline,
-                                       RegressionBaseline)}
+Two families live here:
+
+* the selectors of the paper (``engine.selectors``: torch), imported lazily on first use of
+  a name below, so that ``engine.live`` (NumPy only) loads without torch;
+* ``engine.live``: the live profile's short-window statistics (residual shift, calibration
+  against a site's history, onset estimate).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.errors import (
+        EmptyInputError,
+        EngineError,
+        InvalidParameterError,
+        NonFiniteInputError,
+        ShapeMismatchError,
+        TooFewSamplesError,
+        TooFewVariablesError,
+    )
+    from engine.optimiser import FAST, PAPER, OptimiserConfig
+    from engine.result import Selection
+    from engine.selectors import CVAggregation, MMDBaseline, ModelSelection, RegressionBaseline
+
+_HOMES = {
+    **dict.fromkeys(["EmptyInputError", "EngineError", "InvalidParameterError",
+                     "NonFiniteInputError", "ShapeMismatchError", "TooFewSamplesError",
+                     "TooFewVariablesError"], "engine.errors"),
+    **dict.fromkeys(["FAST", "PAPER", "OptimiserConfig"], "engine.optimiser"),
+    "Selection": "engine.result",
+    **dict.fromkeys(["CVAggregation", "MMDBaseline", "ModelSelection", "RegressionBaseline"],
+                    "engine.selectors"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a selector-side name on first use (PEP 562)."""
+    if name == "METHODS":  # method name (each selector's ``method``) -> selector class
+        selectors = importlib.import_module("engine.selectors")
+        return {cls.method: cls for cls in (selectors.CVAggregation, selectors.ModelSelection,
+                                            selectors.MMDBaseline,
+                                            selectors.RegressionBaseline)}
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")
 
 __all__ = [
     "FAST",

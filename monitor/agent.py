@@ -10,11 +10,11 @@ windows from ONE :class:`~connectors.base.WindowSource`, ``windows``: the source
   oldest first within each site (a lock: no overlapping ticks). One site's inspections run
   one at a time, in this thread; with several sites (``sites:``), the due inspections of
   different sites run concurrently on the executor (``executor.workers``, a process pool
-  or Dask: :mod:`monitor.executors`), each as a :class:`monitor.jobs.InspectionJob`. The
+  or Dask: :mod:`monitor.fleet.executors`), each as a :class:`monitor.fleet.jobs.InspectionJob`. The
   ledger, history, incident and outbox are written here, in ONE transaction per result,
   only once it came back: a lost worker means the inspection runs again, with the same
   fingerprint;
-* one delivery worker per sink (:mod:`monitor.delivery`);
+* one delivery worker per sink (:mod:`monitor.storage.delivery`);
 * one report worker, so drawing figures never delays delivery.
 """
 from __future__ import annotations
@@ -29,16 +29,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
-from monitor.delivery import Dispatcher
-from monitor.executors import close_executor
+from connectors.timeutil import iso
+from monitor.decision.tracker import SiteTracker
+from monitor.fleet.executors import close_executor
+from monitor.fleet.jobs import WorkerDeaths, killed_worker, worker_died_error
+from monitor.fleet.sites import SiteRouter, SiteRunner
 from monitor.inspection import Inspector, Outcome
-from monitor.jobs import WorkerDeaths, killed_worker, worker_died_error
-from monitor.metrics import Metrics
-from monitor.sites import SiteRouter, SiteRunner
-from monitor.state import AgentState
-from monitor.store import ReadingStore
-from monitor.timeutil import iso
-from monitor.tracker import SiteTracker
+from monitor.service.metrics import Metrics
+from monitor.storage.delivery import Dispatcher
+from monitor.storage.state import AgentState
+from monitor.storage.store import ReadingStore
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ class Agent:
     def _submit_job(self, job: Any) -> Future[Any] | None:
         """Submit one job; a pool that broke while idle (a process died) is replaced once.
         None when no executor can take it now (logged; the tick ends, the next retries)."""
-        from monitor.jobs import run_job
+        from monitor.fleet.jobs import run_job
 
         for attempt in (1, 2):
             try:
@@ -381,7 +381,7 @@ class Agent:
                      alone: bool) -> bool:
         """The worker process running site ``i``'s inspection at ``t`` died (``exc``).
         Returns True when the inspection is now recorded as an ``error`` result, once it
-        is known to kill its worker (:class:`~monitor.jobs.WorkerDeaths`); else it runs
+        is known to kill its worker (:class:`~monitor.fleet.jobs.WorkerDeaths`); else it runs
         again, alone. Without this an inspection that kills its worker every time would
         hold its site back for good, retried forever."""
         if not self._deaths.died((i, t), exc, alone=alone):

@@ -201,8 +201,8 @@ def _site_from_path(path: Path) -> str:
 def _window_reader(config: Any) -> tuple[Any, Any]:
     """``(read_window(start, end), close)`` for one-shot commands, over the window source
     that :func:`monitor.compose.build_windows` picks (the source, or the agent's store)."""
+    from connectors.timeutil import format_duration
     from monitor.compose import build_windows, one_site
-    from monitor.timeutil import format_duration
 
     windows = build_windows(config, one_shot=True, site=one_site(config)).windows
     try:
@@ -231,7 +231,7 @@ def _check_publish(args: argparse.Namespace, config: Any = None) -> None:
                        "come from it")
     if config is not None and not config.sinks:
         raise BadInput(f"--publish: {args.config} has no sinks; add one under 'sinks'")
-    from monitor.timeutil import parse_duration
+    from connectors.timeutil import parse_duration
 
     try:
         ok = parse_duration(args.publish_timeout).total_seconds() >= 0
@@ -256,7 +256,7 @@ def _publisher(args: argparse.Namespace, config: Any) -> Any:
 def _finish_publishing(publisher: Any, args: argparse.Namespace) -> int:
     if publisher is None:
         return EXIT_OK
-    from monitor.timeutil import parse_duration
+    from connectors.timeutil import parse_duration
 
     problem = publisher.finish(parse_duration(args.publish_timeout).total_seconds())
     if problem is None:
@@ -279,8 +279,8 @@ def _report_one(outcome: Any, report_dir: Path, config: Any) -> None:
 # commands
 # ------------------------------------------------------------------------------------------
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from connectors.timeutil import parse_time
     from monitor.compose import build_inspector
-    from monitor.timeutil import parse_time
 
     try:
         at = parse_time(args.at)
@@ -317,7 +317,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
     """A SiteTracker whose history is backfilled from the source up to ``first``."""
     from monitor.compose import build_incidents
-    from monitor.tracker import SiteTracker, history_times
+    from monitor.decision.tracker import SiteTracker, history_times
 
     tracker = SiteTracker(inspector, build_incidents(config))
     times = history_times(inspector, first)
@@ -326,9 +326,9 @@ def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
+    from connectors.timeutil import parse_duration, parse_time
     from monitor.compose import build_inspector
     from monitor.schedule import InspectionPlan
-    from monitor.timeutil import parse_duration, parse_time
 
     try:
         start, end = parse_time(args.start), parse_time(args.end)
@@ -352,7 +352,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         for c in configs:
             readers.append(_window_reader(c))
         if cluster is not None:
-            from monitor.executors import ExecutorUnavailable, build_executor
+            from monitor.fleet.executors import ExecutorUnavailable, build_executor
 
             try:
                 executor = build_executor(cluster)
@@ -364,7 +364,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             except ExecutorUnavailable as exc:
                 raise BadInput(f"--cluster: {exc}") from None
         elif len(configs) > 1:  # several sites, here: one after the other, in time order
-            from monitor.executors import InlineExecutor
+            from monitor.fleet.executors import InlineExecutor
 
             executor = InlineExecutor()
         publisher = _publisher(args, config)
@@ -376,7 +376,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             if cluster is not None and cluster.type == "local":
                 # a pool that lost a process is replaced and the backfill goes on, from the
                 # calibration history to the last inspection
-                from monitor.executors import RenewableExecutor, build_executor
+                from monitor.fleet.executors import RenewableExecutor, build_executor
 
                 executor = RenewableExecutor(executor, functools.partial(build_executor,
                                                                          cluster))
@@ -413,10 +413,10 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
                      publisher: Any) -> list[dict[str, Any]]:
     """The backfill in this process, written in time order: under the calibrated rule one
     inspection after the other (each p-value needs the history before it), under the engine
-    rule ``monitor.fleet.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
+    rule ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
     from tqdm import tqdm
 
-    from monitor.fleet import MAX_BATCH
+    from monitor.fleet.backfill import MAX_BATCH
 
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
@@ -447,7 +447,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
 def _cluster_config(value: str) -> Any:
     """``--cluster`` as a validated ExecutorConfig (BadInput naming the accepted forms)."""
     from monitor.config import ConfigError, validate_executor
-    from monitor.executors import parse_cluster
+    from monitor.fleet.executors import parse_cluster
 
     try:
         return validate_executor(parse_cluster(value), origin="--cluster")
@@ -471,14 +471,14 @@ def _backfill_site_args(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 
 def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> Any:
-    """A site's :class:`~monitor.fleet.SiteBackfill` (``config``: one site's one-shot
+    """A site's :class:`~monitor.fleet.backfill.SiteBackfill` (``config``: one site's one-shot
     config). A database the workers can query themselves (a source config that can be
     narrowed to a site, ``for_site``: InfluxDB) is read by the workers, narrowed to the
     site's points as the agent reads them (``compose.one_site``); anything else (a file,
     the agent's store) by this process, the frames travelling with the jobs."""
     from monitor.compose import build_incidents, one_site
-    from monitor.fleet import SiteBackfill
-    from monitor.tracker import SiteTracker
+    from monitor.decision.tracker import SiteTracker
+    from monitor.fleet.backfill import SiteBackfill
 
     source = None
     narrow = getattr(config.source, "for_site", None)
@@ -496,9 +496,9 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any,
     breaks (``run_backfill``)."""
     from tqdm import tqdm
 
-    from monitor.fleet import backfill_history, run_backfill
-    from monitor.timeutil import parse_time
-    from monitor.tracker import history_times
+    from connectors.timeutil import parse_time
+    from monitor.decision.tracker import history_times
+    from monitor.fleet.backfill import backfill_history, run_backfill
 
     for site in sites:
         if site.tracker is not None and site.times:
@@ -547,7 +547,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from monitor.compose import build_agent
     from monitor.config import load_config
-    from monitor.metrics import Metrics
+    from monitor.service.metrics import Metrics
 
     config = load_config(args.config)
     if args.log_level is None:
@@ -581,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.log_level or default)
     from connectors.base import ConnectorError
     from monitor.config import ConfigError
-    from monitor.state import StateError
-    from monitor.store import StoreError
+    from monitor.storage.state import StateError
+    from monitor.storage.store import StoreError
 
     try:
         return COMMANDS[args.command](args)

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from connectors import registry
 from connectors.base import Sink, StreamSource, WindowSource
-from monitor.calibration import CalibrationSettings
+from engine.live.calibration import CalibrationSettings
+from engine.live.residual_shift import DetectorSettings
 from monitor.config import MonitorConfig, SiteConfig
-from monitor.detection import DetectorSettings
-from monitor.incidents import IncidentSettings
+from monitor.decision.incidents import IncidentSettings
 from monitor.inspection import DecisionSettings, EngineSettings, Inspector, Outcome
-from monitor.metrics import Metrics
+from monitor.service.metrics import Metrics
 from monitor.windows import WindowSpec
 
 if TYPE_CHECKING:
-    from monitor.publish import Publisher
-    from monitor.store import ReadingStore
+    from monitor.storage.publish import Publisher
+    from monitor.storage.store import ReadingStore
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def site_source(config: MonitorConfig, site: SiteConfig) -> tuple[WindowSource, 
         source = registry.source_class(source_config.type)(source_config)
         assert isinstance(source, WindowSource)
         return source, source_config
-    from monitor.sites import SensorFilter
+    from monitor.fleet.sites import SensorFilter
 
     base = build_source(config)
     assert isinstance(base, WindowSource)
@@ -123,14 +123,14 @@ def build_windows(config: MonitorConfig, metrics: Metrics | None = None, *,
     * A window source (InfluxDB) is read directly.
     * A stream source (MQTT) fills the reading store ``state_dir/readings.sqlite``, and the
       store answers the windows. A one-shot command (``one_shot``) reads the store the agent
-      filled; it never creates one (:class:`~monitor.store.StoreError` when there is none).
+      filled; it never creates one (:class:`~monitor.storage.store.StoreError` when there is none).
     * A source that is both (a file): the agent replays it into the store (the data clock
       then advances through it); a one-shot command reads it in bulk.
 
     ``site`` (one entry of a multi-site config's ``sites``; one-shot commands): the windows
     of that site only: its view of the store, or the source narrowed to it.
     """
-    from monitor.store import ReadingStore, StoreError
+    from monitor.storage.store import ReadingStore, StoreError
 
     source = build_source(config)
     if isinstance(source, WindowSource) and (one_shot or not isinstance(source, StreamSource)):
@@ -182,9 +182,9 @@ def build_sinks(config: MonitorConfig, *, one_shot: bool = False) -> list[Sink]:
 def build_publisher(config: MonitorConfig) -> Publisher:
     """The config's sinks behind the outbox in ``state_dir/state.sqlite``, for the one-shot
     commands' ``--publish`` (started: delivery runs while they compute)."""
-    from monitor.delivery import Dispatcher
-    from monitor.publish import Publisher
-    from monitor.state import AgentState
+    from monitor.storage.delivery import Dispatcher
+    from monitor.storage.publish import Publisher
+    from monitor.storage.state import AgentState
 
     state = AgentState(Path(config.state_dir) / "state.sqlite")
     try:
@@ -223,8 +223,8 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     """Source, store, ledger/outbox, sites (inspector, schedule, history and incident of
     each), executor, sinks -> a ready (unstarted) Agent."""
     from monitor.agent import Agent
-    from monitor.delivery import Dispatcher
-    from monitor.state import AgentState, StateError
+    from monitor.storage.delivery import Dispatcher
+    from monitor.storage.state import AgentState, StateError
 
     metrics = metrics or Metrics()
     state_dir = Path(config.state_dir)
@@ -253,7 +253,7 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
                                   config.links_file)
     services: list[Any] = []
     if config.health.port is not None:
-        from monitor.health import HealthServer
+        from monitor.service.health import HealthServer
 
         services.append(HealthServer.for_metrics(metrics, config.health))
     router = build_router(config, feed, metrics)
@@ -269,12 +269,12 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
 
 def build_sites(config: MonitorConfig, feed: Feed, state: Any,
                 closers: list[Any]) -> list[Any]:
-    """One :class:`~monitor.sites.SiteRunner` per site. A single-site config: the feed's
+    """One :class:`~monitor.fleet.sites.SiteRunner` per site. A single-site config: the feed's
     windows and the state's own tables, as always. ``sites:``: each site reads its view
     of the store (or the source narrowed to it) and keeps its ledger under its id."""
+    from monitor.decision.tracker import SiteTracker
+    from monitor.fleet.sites import SiteRunner
     from monitor.schedule import InspectionPlan
-    from monitor.sites import SiteRunner
-    from monitor.tracker import SiteTracker
 
     runners = []
     entries: list[SiteConfig | None] = list(config.sites) if config.sites else [None]
@@ -307,10 +307,10 @@ def build_sites(config: MonitorConfig, feed: Feed, state: Any,
 
 
 def build_router(config: MonitorConfig, feed: Feed, metrics: Metrics) -> Any:
-    """The :class:`~monitor.sites.SiteRouter` a stream's readings pass before the store:
+    """The :class:`~monitor.fleet.sites.SiteRouter` a stream's readings pass before the store:
     every ``sites:`` config; a single site only when its source names sites (it keeps its
     own site's readings, bare ids as before). None otherwise (readings stored as is)."""
-    from monitor.sites import SiteRouter, sensor_lists
+    from monitor.fleet.sites import SiteRouter, sensor_lists
 
     if feed.stream is None:
         return None
@@ -325,10 +325,10 @@ def build_site_executor(config: MonitorConfig, n_sites: int
                         ) -> tuple[Callable[[], Any] | None, int]:
     """``(factory of the executor, inspections in flight at most)``. Inspections run in the
     agent's own thread (factory None) for one site unless the config names an executor,
-    and for ``type: inline``; otherwise on :func:`monitor.executors.build_executor`, one
+    and for ``type: inline``; otherwise on :func:`monitor.fleet.executors.build_executor`, one
     inspection per site at a time, up to ``executor.workers`` (a Dask scheduler given by
     address: one per site; Dask queues the rest)."""
-    from monitor.executors import build_executor, default_workers
+    from monitor.fleet.executors import build_executor, default_workers
 
     e = config.executor
     explicit = "executor" in config.model_fields_set

@@ -27,9 +27,9 @@ from pydantic import (
     model_validator,
 )
 
-from monitor.health import HealthConfig
+from connectors.timeutil import format_duration, parse_duration, parse_time
 from monitor.names import METHODS, Normalise  # the health section belongs to the endpoint
-from monitor.timeutil import format_duration, parse_duration, parse_time
+from monitor.service.health import HealthConfig
 
 Duration = Annotated[
     timedelta,
@@ -230,7 +230,7 @@ class OutboxConfig(_Section):
 
 
 class ExecutorConfig(_Section):
-    """Where inspections run (monitor/executors.py, docs/architecture.md "Executors").
+    """Where inspections run (monitor/fleet/executors.py, docs/architecture.md "Executors").
 
     ``local`` (default): a process pool on this machine, ``workers`` processes (default
     min(2, CPUs)); ``workers: 1`` runs in-process. ``inline``: in-process, one at a time.
@@ -660,7 +660,7 @@ def load_config(path: str | Path, *, env: dict[str, str] | None = None,
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}; fix the "
                             "syntax (indentation, colons, quotes)")], str(path)) from None
-    from monitor.security import exposed_secret_warning
+    from monitor.service.security import exposed_secret_warning
 
     try:
         warning = exposed_secret_warning(path, raw)

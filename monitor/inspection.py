@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from connectors.console import format_change
-from monitor.calibration import CalibrationSettings, TailFit
-from monitor.detection import STATISTIC, DetectorSettings
+from connectors.timeutil import format_duration, iso
+from engine.live.calibration import CalibrationSettings, TailFit
+from engine.live.residual_shift import STATISTIC, DetectorSettings
 from monitor.names import DEFAULT_METHOD, SELECTORS
 from monitor.result import (
     CALIBRATED,
@@ -35,7 +35,7 @@ from monitor.result import (
     WindowsBlock,
     finite,
 )
-from monitor.timeutil import format_duration, iso
+from monitor.summary import format_change, summarise
 
 if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import numpy.typing as npt
@@ -99,8 +99,8 @@ class DecisionSettings:
     """How an inspection decides to fire.
 
     ``rule="engine"``: the engine's p-value against ``alpha`` (the retrospective profile).
-    ``rule="calibrated"``: the short-window statistic of :mod:`monitor.detection`, its
-    p-value from the site's own history (:mod:`monitor.calibration`) against the level
+    ``rule="calibrated"``: the short-window statistic of :mod:`engine.live.residual_shift`, its
+    p-value from the site's own history (:mod:`engine.live.calibration`) against the level
     that gives the target mean time between false incidents; the engine then names the
     sensors of every firing inspection.
     """
@@ -126,40 +126,6 @@ class Outcome:
 
 
 _f = finite  # value -> rounded float, None when not finite
-
-
-def _short_time(t: datetime) -> str:
-    return iso(t)[:16] + "Z"
-
-
-def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
-              p_value: float | None, error: str | None = None,
-              alpha: float | None = None, level: float | None = None,
-              sensors: Sequence[SensorScore] | None = None) -> str:
-    when = _short_time(t)
-    p = "n/a" if p_value is None else f"{p_value:.3g}"
-    if status == "error":
-        return f"Inspection at {when} failed: {error}"
-    if status == "calibrating":
-        return f"Inspection at {when}: {error}"
-    if status == "firing":
-        names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
-                                           if len(selected) > 8 else "")
-        text = f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} (p={p})"
-        rows = {r.sensor_id: r for r in sensors or []}
-        changes = [
-            name + " " + format_change(rows[name].raw_mean_before, rows[name].raw_mean_after)
-            for name in selected[:3] if name in rows]
-        return f"{text}; {', '.join(changes)}" if changes else text
-    if selected and p_value is not None:
-        return f"No significant change at {when} across {n_sensors} sensors (p={p})"
-    if level is not None:
-        return (f"No change at {when} across {n_sensors} sensors (p={p}; an alert needs "
-                f"p < {level:.3g})")
-    if p_value is not None and alpha is not None and p_value < alpha:
-        return (f"The windows differ at {when} (p={p}) but no sensor of {n_sensors} stands "
-                "out; not an alert")
-    return f"No change at {when} across {n_sensors} sensors (p={p})"
 
 
 class Inspector:
@@ -242,7 +208,7 @@ class Inspector:
         :meth:`run_many` fitted several times together (engine rule).
         """
         from connectors.base import ConnectorError
-        from monitor.detection import DetectionError
+        from engine.live.residual_shift import DetectionError
         from monitor.windows import WindowError
 
         started = time.perf_counter()
@@ -305,7 +271,7 @@ class Inspector:
 
     def detect(self, t: datetime, read_window: ReadWindow) -> float | None:
         """The detection statistic alone at ``t`` (history backfill), None on bad data."""
-        from monitor.detection import DetectionError, detect
+        from engine.live.residual_shift import DetectionError, detect
         from monitor.windows import WindowError
 
         try:
@@ -331,7 +297,8 @@ class Inspector:
                 sensor_id=name, rank=r + 1, score=_f(scores[i]), selected=name in chosen,
                 mean_before=_f(mb[name]), mean_after=_f(ma[name]),
                 raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
-                z=_f(z[name], 4) if name in z else None))
+                z=_f(z[name], 4) if name in z else None,
+                change=format_change(_f(rb[name]), _f(ra[name]))))
         result.sensors = rows
         # selected sensors listed by rank
         result.selected_sensors = [s.sensor_id for s in rows if s.selected]
@@ -361,7 +328,7 @@ class Inspector:
         that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
 
-        from monitor.detection import detect
+        from engine.live.residual_shift import detect
 
         d = self.decision
         det = detect(w.before_raw, w.after_raw, d.detector)

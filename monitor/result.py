@@ -21,7 +21,7 @@ Conventions:
   and keys it does not know are kept in ``extra`` (the contract only adds fields within
   ``v1``) and written back by :meth:`to_dict`.
 
-Standard library only (plus :mod:`monitor.incidents`): importing it costs the CLI nothing.
+Standard library only (plus :mod:`monitor.decision.incidents`): importing it costs the CLI nothing.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from monitor.incidents import Incident
+from monitor.decision.incidents import Incident
 
 SCHEMA = "mmdwatch.inspection/v1"
 Status = Literal["ok", "firing", "error", "calibrating"]
@@ -203,10 +203,13 @@ class SensorScore:
     raw_mean_after: float | None = None
     z: float | None = None  # calibrated rule: the standardised level shift
     engine_score: float | None = None  # calibrated rule, engine ran: its score beside |z|
+    expected_after: float | None = None  # calibrated rule: what the profile expected, source units
+    change: str | None = None  # the change in words and source units (monitor/summary.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("sensor_id", "rank", "score", "selected", "mean_before", "mean_after",
-             "raw_mean_before", "raw_mean_after", "z", "engine_score")
+             "raw_mean_before", "raw_mean_after", "z", "engine_score", "expected_after",
+             "change")
 
     def to_dict(self, *, with_z: bool = False, with_engine_score: bool = False
                 ) -> dict[str, Any]:
@@ -219,6 +222,10 @@ class SensorScore:
             out["z"] = self.z
         if with_engine_score or self.engine_score is not None:
             out["engine_score"] = self.engine_score
+        if self.expected_after is not None:
+            out["expected_after"] = self.expected_after
+        if self.change is not None:
+            out["change"] = self.change
         out.update(copy.deepcopy(self.extra))
         return out
 
@@ -236,6 +243,8 @@ class SensorScore:
                    raw_mean_before=_num(data.get("raw_mean_before")),
                    raw_mean_after=_num(data.get("raw_mean_after")),
                    z=_num(data.get("z")), engine_score=_num(data.get("engine_score")),
+                   expected_after=_num(data.get("expected_after")),
+                   change=data["change"] if isinstance(data.get("change"), str) else None,
                    extra=_extra(data, cls._KEYS))
 
 

@@ -93,7 +93,7 @@ def influxd_secure(tmp_path: Path, tls_cert: SelfSignedCert) -> Iterator[InfluxS
 def _results_follow_the_contract(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every result made in-process is validated against docs/result.schema.json."""
     from monitor.inspection import Inspector
-    from monitor.state import AgentState
+    from monitor.storage.state import AgentState
     from tests.result_contract import check
 
     run, commit = Inspector.run, AgentState.commit_inspection

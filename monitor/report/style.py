@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.timeutil import parse_time as _parse_time
+from connectors.timeutil import parse_time as _parse_time
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 BEFORE_COLOUR = "#0072B2"  # blue: the before window, in every figure
@@ -57,7 +57,7 @@ def figure_width_for(n: int, per_item: float = 0.24, base: float = 2.5,
 
 
 def parse_time(value: object) -> datetime | None:
-    """:func:`monitor.timeutil.parse_time` for reading results back: an aware UTC datetime
+    """:func:`connectors.timeutil.parse_time` for reading results back: an aware UTC datetime
     (ISO 8601 text, ``Z`` or offset, naive = UTC), or None where the value is missing or
     not a time, so a report still renders."""
     if value is None:

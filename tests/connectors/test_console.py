@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import io
 
-from connectors.console import ConsoleSink, ConsoleSinkConfig, format_change, render_text
+from connectors.console import ConsoleSink, ConsoleSinkConfig, render_text
+from monitor.summary import format_change
 
 
 def _result(**sensor_extra):
     sensor = {"sensor_id": "s06", "rank": 1, "score": 0.42, "selected": True,
               "mean_before": 1.0, "mean_after": 0.9729,
-              "raw_mean_before": 36.12, "raw_mean_after": 35.14}
+              "raw_mean_before": 36.12, "raw_mean_after": 35.14,
+              "change": format_change(36.12, 35.14)}  # as the inspection writes it
     sensor.update(sensor_extra)
     return {"status": "firing", "site": "demo", "inspection_time": "2026-01-12T00:00:00Z",
             "summary": "Change", "test": {"method": "cv-aggregation", "p_value": 0.002,
@@ -38,9 +40,16 @@ def test_console_shows_raw_means_and_no_invented_unit():
     assert "score 0.42" in line
 
 
+def test_console_falls_back_to_raw_means_without_a_change_text():
+    result = _result()
+    del result["sensors"][0]["change"]  # a result written before the change text existed
+    line = next(x for x in render_text(result).splitlines() if "#1" in x)
+    assert "s06: 36.12 -> 35.14" in line
+
+
 def test_console_falls_back_to_normalised_means_and_says_so():
     result = _result()
-    for key in ("raw_mean_before", "raw_mean_after"):
+    for key in ("raw_mean_before", "raw_mean_after", "change"):
         del result["sensors"][0][key]
     line = next(x for x in render_text(result).splitlines() if "#1" in x)
     assert "1 -> 0.9729 (normalised)" in line

@@ -127,8 +127,8 @@ def engine_rule() -> Iterator[tuple[Any, list[datetime], list[dict[str, Any]]]]:
     from monitor.cli import _site_backfill, _window_reader
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.executors import InlineExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import InlineExecutor
 
     config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
                               "sinks": [], "decision": {"rule": "engine"},
@@ -177,8 +177,8 @@ def test_worker_killed_mid_backfill_every_inspection_exactly_once(
         engine_rule: Any, scheduler: DaskScheduler, tmp_path: Path) -> None:
     """Two ``dask worker`` processes; the one holding tasks when the first result arrives
     is killed with SIGKILL; the other finishes its tasks (Dask reschedules them)."""
-    from monitor.executors import DaskExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import DaskExecutor
 
     site, _, reference = engine_rule
     workers = [DaskWorker(tmp_path / f"w{i}", scheduler.address, name=f"w{i}").start()
@@ -206,8 +206,8 @@ def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> 
     import os
     import signal
 
-    from monitor.executors import DaskExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import DaskExecutor
 
     site, _, reference = engine_rule
     executor = DaskExecutor(None, workers=2, retries=0)
@@ -228,8 +228,8 @@ def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> 
 def test_batches_on_dask_give_the_results_of_one_job_per_time(engine_rule: Any) -> None:
     """Engine-rule times travel three to a job (InspectionBatch) on a LocalCluster of 2:
     every inspection once, in time order, identical to inline one at a time."""
-    from monitor.executors import DaskExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import DaskExecutor
 
     site, _, reference = engine_rule
     executor = DaskExecutor(None, workers=2)
@@ -267,8 +267,8 @@ def test_an_inspection_that_kills_its_worker_every_time_ends_as_an_error(
     import dask
     import distributed  # noqa: F401 - loads the distributed.* config defaults
 
-    from monitor.executors import DaskExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import DaskExecutor
 
     site, times, reference = engine_rule
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
@@ -289,8 +289,8 @@ def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
     the jobs that died with it run again one at a time, a batch split into single times,
     and the time that kills its process is recorded as an ``error`` after its second death
     alone. The other five come back once, identical to inline."""
-    from monitor.executors import LocalExecutor, RenewableExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import LocalExecutor, RenewableExecutor
 
     site, times, reference = engine_rule
 
@@ -317,9 +317,9 @@ def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_back
     from monitor.cli import _site_backfill, _window_reader
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.executors import InlineExecutor, LocalExecutor, RenewableExecutor
-    from monitor.fleet import backfill_history, run_backfill
-    from monitor.tracker import history_times
+    from monitor.decision.tracker import history_times
+    from monitor.fleet.backfill import backfill_history, run_backfill
+    from monitor.fleet.executors import InlineExecutor, LocalExecutor, RenewableExecutor
 
     config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
                               "sinks": [], "engine": {"method": "mmd-baseline"},

@@ -24,8 +24,8 @@ from connectors.influxdb.lineprotocol import INCIDENT, INSPECTION, SENSOR_SCORE
 from monitor.cli import main
 from monitor.compose import build_incidents, build_inspector
 from monitor.config import validate_config
-from monitor.simulate import Scenario, simulate, write_csv
-from monitor.tracker import SiteTracker
+from monitor.decision.tracker import SiteTracker
+from monitor.demo.simulate import Scenario, simulate, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "docs" / "grafana"

@@ -68,8 +68,8 @@ def test_engine_rule_batches_read_their_windows_from_influxd(tmp_path, influxd):
     from monitor.cli import _site_backfill, _window_reader
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.executors import InlineExecutor, LocalExecutor
-    from monitor.fleet import run_backfill
+    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.executors import InlineExecutor, LocalExecutor
     from tests.integration.test_dask_executor import assert_identical
     from tests.result_contract import check
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from connectors.mqtt.sink import is_alert, topics
-from monitor.simulate import Scenario, simulate, write_csv
-from monitor.state import AgentState
+from monitor.demo.simulate import Scenario, simulate, write_csv
+from monitor.storage.state import AgentState
 from tests.connectors.mqtt_helpers import Subscriber, wait_until
 from tests.servers import MosquittoServer
 

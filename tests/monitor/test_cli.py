@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.simulate import Scenario, simulate, write_csv
+from monitor.demo.simulate import Scenario, simulate, write_csv
 from tests.result_contract import check_output
 from tests.shared_data import LTOWN
 

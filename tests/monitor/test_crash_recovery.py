@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitor.simulate import Scenario, simulate, write_csv
+from monitor.demo.simulate import Scenario, simulate, write_csv
 from tests.results_file import read_results
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from monitor.incidents import Incident
+from monitor.decision.incidents import Incident
 from monitor.report import write_backfill_report, write_inspection_report
 from monitor.report.example import example_backfill, example_inspection
 from monitor.report.view import InspectionView

@@ -11,13 +11,13 @@ from typing import Any
 import jsonschema  # the dev extra (pip install -e '.[dev]')
 import pytest
 
+from connectors.timeutil import format_duration
 from monitor import cli
 from monitor.compose import build_inspector, build_source
 from monitor.config import validate_config
 from monitor.demo import DATA_FILE, demo_config, write_bundled_data
 from monitor.inspection import SCHEMA, EngineSettings, Inspector
 from monitor.result import InspectionResult
-from monitor.timeutil import format_duration
 from monitor.windows import WindowSpec
 from tests import result_contract
 

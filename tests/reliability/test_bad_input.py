@@ -12,8 +12,8 @@ import pytest
 
 from connectors.base import Reading
 from monitor.inspection import EngineSettings, Inspector
-from monitor.metrics import Metrics
-from monitor.store import ReadingStore
+from monitor.service.metrics import Metrics
+from monitor.storage.store import ReadingStore
 from monitor.windows import WindowSpec
 
 T = datetime(2024, 3, 8, tzinfo=UTC)

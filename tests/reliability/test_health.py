@@ -8,7 +8,13 @@ import urllib.request
 
 import pytest
 
-from monitor.health import HealthConfig, HealthServer, HealthSnapshot, evaluate, render_prometheus
+from monitor.service.health import (
+    HealthConfig,
+    HealthServer,
+    HealthSnapshot,
+    evaluate,
+    render_prometheus,
+)
 
 # One sample line of the Prometheus text format 0.0.4: name{labels} value
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? '
@@ -104,7 +110,7 @@ def test_off_by_default_and_validated() -> None:
 
 
 def test_serves_the_agents_metrics_object() -> None:
-    from monitor.metrics import Metrics
+    from monitor.service.metrics import Metrics
 
     metrics = Metrics()
     metrics.set_source_connected(True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitor.security import exposed_secret_warning, literal_secrets
+from monitor.service.security import exposed_secret_warning, literal_secrets
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["engine", "connectors", "monitor"]

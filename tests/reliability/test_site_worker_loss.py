@@ -13,8 +13,8 @@ import pytest
 
 from monitor.compose import build_agent
 from monitor.config import validate_config
-from monitor.state import AgentState
-from tests.monitor.test_sites_config import _network
+from monitor.storage.state import AgentState
+from tests.monitor.fleet.test_sites_config import _network
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -85,7 +85,7 @@ def test_an_inspection_that_kills_its_worker_every_time_is_recorded_and_its_site
     sites go on: every other inspection of both is done once, none lost."""
     from datetime import UTC, datetime
 
-    from monitor.executors import LocalExecutor
+    from monitor.fleet.executors import LocalExecutor
     from tests.killing_executor import KillingExecutor
 
     out = tmp_path / "results.jsonl"

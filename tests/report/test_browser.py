@@ -24,7 +24,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
-from monitor.simulate import Scenario, simulate, write_csv
+from monitor.demo.simulate import Scenario, simulate, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGE_AT = "2026-01-17T00:00:00Z"

@@ -7,13 +7,13 @@ never carries an open store, a connection or the agent's SQLite. The worker rebu
 from what the job carries, and returns the same result dict as
 ``Inspector.run(t, read_window, history).result``::
 
-    from monitor.jobs import InspectionJob, InspectorSettings, run_job
+    from monitor.fleet.jobs import InspectionJob, InspectorSettings, run_job
 
     settings = InspectorSettings.of(inspector)          # once per site
     job = InspectionJob.with_windows(settings, t, read_window, history=tracker.history_at(t))
     # or, for a window source a worker can reach itself (InfluxDB):
     job = InspectionJob.with_source(settings, t, config.source, history=...)
-    future = executor.submit(run_job, job)              # monitor.executors.build_executor
+    future = executor.submit(run_job, job)              # monitor.fleet.executors.build_executor
     result = future.result()                            # the result JSON dict
 
 Windows come in one of two ways:
@@ -30,7 +30,7 @@ Windows come in one of two ways:
 ``history`` is the calibration history (calibrated rule) at ``t``: the values
 ``SiteTracker.history_at(t)`` gives, in that order; ``None`` under the engine rule. The
 worker decides nothing beyond the one inspection: incidents and the history itself are
-advanced by the caller, in time order, when results come back (:mod:`monitor.fleet`).
+advanced by the caller, in time order, when results come back (:mod:`monitor.fleet.backfill`).
 
 An :class:`InspectionBatch` carries several times of one site under the engine rule (no
 history), with one frame of their whole span or the source; :func:`run_batch` runs them
@@ -281,7 +281,7 @@ def _span(spec: WindowSpec, times: Sequence[datetime]) -> tuple[pd.Timestamp, pd
 
 def _source_read(inspector: InspectorSettings, source: BaseModel) -> SourceRead:
     """How a worker reads the windows of ``inspector`` from ``source`` itself."""
-    from monitor.timeutil import format_duration
+    from connectors.timeutil import format_duration
 
     spec = inspector.spec
     return SourceRead(source, resample=format_duration(spec.resample), aggregate=spec.aggregate)
@@ -302,7 +302,7 @@ def _carried_reader(frame: pd.DataFrame | None, source: SourceRead | None,
         if own is not None and a == own[0] and b == own[1]:
             return frame
         if sliced is None:
-            from monitor.tracker import cached_reader
+            from monitor.decision.tracker import cached_reader
 
             sliced = cached_reader(frame)
         return sliced(a, b)

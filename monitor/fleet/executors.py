@@ -5,8 +5,8 @@
 ``submit(fn, *args)`` returns a :class:`concurrent.futures.Future`, so
 ``concurrent.futures.wait`` / ``as_completed`` work the same whatever runs the task::
 
-    from monitor.executors import build_executor
-    from monitor.jobs import run_job
+    from monitor.fleet.executors import build_executor
+    from monitor.fleet.jobs import run_job
 
     with build_executor(config.executor) as executor:   # close() on exit
         futures = [executor.submit(run_job, job) for job in jobs]

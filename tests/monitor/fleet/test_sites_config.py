@@ -16,10 +16,10 @@ from connectors.base import Reading
 from connectors.mqtt.payload import compile_topic_pattern, parse_payload
 from monitor.compose import build_agent, build_inspector
 from monitor.config import ConfigError, validate_config
-from monitor.metrics import Metrics
-from monitor.sites import SiteRouter
-from monitor.state import AgentState
-from monitor.store import ReadingStore, site_key
+from monitor.fleet.sites import SiteRouter
+from monitor.service.metrics import Metrics
+from monitor.storage.state import AgentState
+from monitor.storage.store import ReadingStore, site_key
 
 FILE = {"type": "file", "path": "data.csv"}
 MQTT = {"type": "mqtt", "host": "127.0.0.1", "topics": ["sensors/#"],

@@ -1,8 +1,8 @@
 """Publishing from the one-shot commands: ``inspect --publish`` and ``backfill --publish``.
 
 The results take the agent's own path to the sinks: the outbox in ``state_dir/state.sqlite``
-and the :class:`~monitor.delivery.Dispatcher` (one worker per sink, retries with backoff).
-:meth:`monitor.state.AgentState.publish` queues a result only if its fingerprint was never
+and the :class:`~monitor.storage.delivery.Dispatcher` (one worker per sink, retries with backoff).
+:meth:`monitor.storage.state.AgentState.publish` queues a result only if its fingerprint was never
 published before, by an earlier one-shot run or by the agent, so a rerun publishes nothing
 twice. Before the command exits, :meth:`Publisher.finish` waits for the sinks to confirm;
 what they did not confirm in time stays in the outbox, and the agent (``mmdwatch run``) or
@@ -14,8 +14,8 @@ import logging
 import time
 from typing import Any
 
-from monitor.delivery import Dispatcher
-from monitor.state import AgentState
+from monitor.storage.delivery import Dispatcher
+from monitor.storage.state import AgentState
 
 log = logging.getLogger("mmdwatch")
 

@@ -1,7 +1,7 @@
 """A small HTTP endpoint for orchestrators and Prometheus: ``/healthz`` and ``/metrics``.
 
 Off by default; ``health: {port: 9108}`` in the config turns it on (``port: 0`` picks a free
-port, useful in tests). It only reads the agent's :class:`monitor.metrics.Metrics`, which
+port, useful in tests). It only reads the agent's :class:`monitor.service.metrics.Metrics`, which
 the composition root creates and passes in, so serving never touches the store, the
 engine or a connector and cannot slow an inspection down.
 
@@ -71,7 +71,7 @@ class HealthSnapshot:
 
     @classmethod
     def from_metrics(cls, snapshot: Mapping[str, Any]) -> HealthSnapshot:
-        """From :meth:`monitor.metrics.Metrics.snapshot` (unknown keys ignored)."""
+        """From :meth:`monitor.service.metrics.Metrics.snapshot` (unknown keys ignored)."""
         return cls(
             readings_accepted=int(snapshot.get("readings_accepted", 0)),
             rejected=dict(snapshot.get("readings_rejected", {})),

@@ -1,20 +1,20 @@
 """A backfill spread over an executor: many inspection times (and sites) at once, results
 in time order, identical to the one-at-a-time backfill.
 
-Each inspection is an :class:`~monitor.jobs.InspectionJob` run by
-:func:`~monitor.jobs.run_job` on the executor (:mod:`monitor.executors`). What keeps the
+Each inspection is an :class:`~monitor.fleet.jobs.InspectionJob` run by
+:func:`~monitor.fleet.jobs.run_job` on the executor (:mod:`monitor.fleet.executors`). What keeps the
 results identical to ``mmdwatch backfill`` without ``--cluster``:
 
 * **Engine rule** (retrospective profile): inspections are independent; consecutive times
-  of a site travel together as one :class:`~monitor.jobs.InspectionBatch` (up to
+  of a site travel together as one :class:`~monitor.fleet.jobs.InspectionBatch` (up to
   :data:`MAX_BATCH`, fewer when there are few times per worker), run by
-  :func:`~monitor.jobs.run_batch` with their fits batched (``CVAggregation.fit_many``), and
+  :func:`~monitor.fleet.jobs.run_batch` with their fits batched (``CVAggregation.fit_many``), and
   only the order of output is restored here.
 * **Calibrated rule** (live profile): the p-value at t uses the history of the detection
   statistic at earlier times whose after window ended by t, *without* the firing ones, so
   it depends on earlier decisions. The job at t is submitted once every earlier result it
   can depend on (each t' with t' + A <= t) has come back and been observed by the site's
-  :class:`~monitor.tracker.SiteTracker`, in time order; its history is then exactly
+  :class:`~monitor.decision.tracker.SiteTracker`, in time order; its history is then exactly
   ``tracker.history_at(t)``, as inline. Inspections inside one after window of each other
   run concurrently (16 per site for hourly inspections and A = 16h), and sites are
   independent of each other.
@@ -22,7 +22,7 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   a worker.
 * The calibration history before the first time is computed as
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
-  each time's statistic computed by :func:`~monitor.jobs.run_detect` on the executor.
+  each time's statistic computed by :func:`~monitor.fleet.jobs.run_detect` on the executor.
   A statistic whose worker keeps dying is left out of the history (as one whose windows
   cannot give it), under the rule below.
 
@@ -35,10 +35,10 @@ crash in native code) is not fatal:
   sent again one time per job, and a single time is recorded as an ``error`` result naming
   the cause.
 * A local process pool that loses a process breaks, taking every job in it (given a
-  :class:`~monitor.executors.RenewableExecutor`, a fresh pool is started and used from
+  :class:`~monitor.fleet.executors.RenewableExecutor`, a fresh pool is started and used from
   then on). Those jobs run again one at a time, so that the next
   death names its cause: a batch that dies alone is split into single times, and a single
-  time that has killed its process :data:`~monitor.jobs.WORKER_DEATHS` times alone is
+  time that has killed its process :data:`~monitor.fleet.jobs.WORKER_DEATHS` times alone is
   recorded as an ``error`` result. The rest of the backfill goes on.
 """
 from __future__ import annotations
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from monitor.executors import DaskExecutor, InlineExecutor, LocalExecutor, RenewableExecutor
-from monitor.jobs import (
+from monitor.fleet.executors import DaskExecutor, InlineExecutor, LocalExecutor, RenewableExecutor
+from monitor.fleet.jobs import (
     InspectionBatch,
     InspectionJob,
     InspectorSettings,
@@ -67,8 +67,8 @@ from monitor.jobs import (
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from monitor.decision.tracker import SiteTracker
     from monitor.inspection import Inspector, ReadWindow
-    from monitor.tracker import SiteTracker
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _can_renew(executor: Executor) -> bool:
 def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
                 ) -> list[float | None]:
     """``[run_detect(job) for job in jobs]`` on the executor, at most ``limit`` in flight.
-    A job whose worker keeps dying gives None (:class:`~monitor.jobs.WorkerDeaths`; a
+    A job whose worker keeps dying gives None (:class:`~monitor.fleet.jobs.WorkerDeaths`; a
     broken pool of a :class:`RenewableExecutor` is renewed), as a statistic that cannot be
     computed; any other exception is raised."""
     out: list[float | None] = [None] * len(jobs)
@@ -371,7 +371,7 @@ class _Backfill:
     def _died(self, unit: Unit, exc: BaseException, *, certain: bool) -> None:
         """``unit``'s worker died running it (``certain``: it was the cause). A batch that
         caused it is sent again one time per job; anything else runs again, alone, until
-        it is known to kill its worker (:class:`~monitor.jobs.WorkerDeaths`), and is then
+        it is known to kill its worker (:class:`~monitor.fleet.jobs.WorkerDeaths`), and is then
         recorded as an ``error`` result."""
         k, first, stop = unit
         site = self.sites[k]

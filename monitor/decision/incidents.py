@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from monitor.timeutil import parse_time
+from connectors.timeutil import parse_time
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from connectors.base import Sink
-from monitor.metrics import Metrics
-from monitor.state import AgentState
+from monitor.service.metrics import Metrics
+from monitor.storage.state import AgentState
 
 log = logging.getLogger(__name__)
 

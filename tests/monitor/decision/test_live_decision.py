@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.calibration import (
+from engine.live.calibration import (
     CalibrationSettings,
     empirical_pvalue,
     tail_pvalue,
     threshold,
 )
-from monitor.detection import DetectionError, DetectorSettings, detect
-from monitor.incidents import IncidentSettings, advance
+from engine.live.residual_shift import DetectionError, DetectorSettings, detect
+from monitor.decision.incidents import IncidentSettings, advance
 from tests.monitor.test_cli import mmdwatch
 from tests.shared_data import DELAY_DEV
 
@@ -153,7 +153,7 @@ def test_too_little_history_is_a_clear_calibrating_status():
 
 def test_history_and_open_incident_are_committed_with_the_result(tmp_path):
     """One transaction: the result, its statistic in the history and the open incident."""
-    from monitor.state import AgentState
+    from monitor.storage.state import AgentState
 
     state = AgentState(tmp_path / "state.sqlite")
     t0 = datetime(2024, 1, 1, tzinfo=UTC).timestamp()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from monitor.simulate import Scenario, simulate, write_csv
-from monitor.state import AgentState
+from monitor.demo.simulate import Scenario, simulate, write_csv
+from monitor.storage.state import AgentState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -110,8 +110,8 @@ def test_one_shot_commands_get_the_configs_connectors_with_their_secrets(tmp_pat
 
 def test_the_agents_dispatcher_delivers_what_a_one_shot_run_left_queued(tmp_path):
     from connectors.base import Sink
-    from monitor.delivery import Dispatcher
-    from monitor.metrics import Metrics
+    from monitor.service.metrics import Metrics
+    from monitor.storage.delivery import Dispatcher
 
     class Collect(Sink):
         type = "collect"

@@ -4,7 +4,7 @@ Why not the engine's p-value: a short after window (hours) covers part of a day,
 two-sample test against a 7-day before window sees the daily cycle, not a change; and the
 rows of sensor data are autocorrelated, so permutation p-values are not calibrated. This
 statistic removes the known structure first and is then calibrated against the site's own
-history (:mod:`monitor.calibration`):
+history (:mod:`engine.live.calibration`):
 
 1. **Profile.** Each sensor's hour-of-day profile is learned from the before window,
    separately for weekdays and weekends (the demand pattern is weekly); the residual is the

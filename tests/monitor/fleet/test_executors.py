@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from monitor.config import ConfigError, ExecutorConfig, validate_config, validate_executor
-from monitor.executors import InlineExecutor, build_executor, default_workers, parse_cluster
-from monitor.jobs import InspectionJob, InspectorSettings, JobError, run_detect, run_job
-from monitor.simulate import Scenario, simulate
+from monitor.demo.simulate import Scenario, simulate
+from monitor.fleet.executors import InlineExecutor, build_executor, default_workers, parse_cluster
+from monitor.fleet.jobs import InspectionJob, InspectorSettings, JobError, run_detect, run_job
 
 
 def test_executor_defaults_to_a_local_pool() -> None:
@@ -85,7 +85,7 @@ def test_job_needs_exactly_one_way_to_its_windows() -> None:
 
 
 def test_a_job_pickles_and_gives_the_inline_result() -> None:
-    from monitor.tracker import cached_reader
+    from monitor.decision.tracker import cached_reader
 
     inspector = _inspector()
     read = cached_reader(_frame())
@@ -127,8 +127,8 @@ def test_a_batch_reads_its_span_once_and_gives_one_job_per_time() -> None:
     carries one frame of its whole span, pickles, and gives the results of one job per
     time, in time order."""
     from monitor.compose import build_inspector
-    from monitor.jobs import InspectionBatch, run_batch
-    from monitor.tracker import cached_reader
+    from monitor.decision.tracker import cached_reader
+    from monitor.fleet.jobs import InspectionBatch, run_batch
 
     config = validate_config({"site": "sim", "source": {"type": "file", "path": "x.csv"},
                               "decision": {"rule": "engine"},
@@ -151,7 +151,7 @@ def test_a_batch_reads_its_span_once_and_gives_one_job_per_time() -> None:
 
 def test_batch_needs_sorted_times_one_way_to_its_windows_and_the_engine_rule() -> None:
     from monitor.compose import build_inspector
-    from monitor.jobs import InspectionBatch
+    from monitor.fleet.jobs import InspectionBatch
 
     settings = InspectorSettings.of(_inspector())
     t = datetime(2026, 1, 9, tzinfo=UTC)
@@ -174,8 +174,8 @@ def test_backfill_in_batches_equals_one_job_per_time() -> None:
     time per job."""
     from datetime import timedelta
 
-    from monitor.fleet import MAX_BATCH, SiteBackfill, batch_size, run_backfill
-    from monitor.tracker import cached_reader
+    from monitor.decision.tracker import cached_reader
+    from monitor.fleet.backfill import MAX_BATCH, SiteBackfill, batch_size, run_backfill
 
     inspector = _inspector()
     read = cached_reader(_frame())
@@ -214,7 +214,7 @@ class _CountingExecutor(InlineExecutor):
 
 
 def test_a_renewable_executor_closes_what_it_built_and_its_owner_the_rest() -> None:
-    from monitor.executors import RenewableExecutor
+    from monitor.fleet.executors import RenewableExecutor
 
     first = _CountingExecutor()
     built: list[_CountingExecutor] = []

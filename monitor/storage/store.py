@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from connectors.base import Reading, WindowSource
-from monitor.metrics import Metrics
+from monitor.service.metrics import Metrics
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from connectors.timeutil import to_utc
-from monitor.incidents import Incident, IncidentSettings, advance, attach
-from monitor.timeutil import parse_time
+from connectors.timeutil import parse_time, to_utc
+from monitor.decision.incidents import Incident, IncidentSettings, advance, attach
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector, ReadWindow

@@ -4,9 +4,9 @@ windows, ledger, calibration history and incident.
 A single-site agent (``site:``) has one :class:`SiteRunner` over the agent's window source
 and the state's own tables, exactly as before sites existed. A multi-site agent
 (``sites:``) has one per site, each reading its windows from its own view of the one store
-(:meth:`monitor.store.ReadingStore.for_site`) or of the source (InfluxDB ``site_tag`` /
+(:meth:`monitor.storage.store.ReadingStore.for_site`) or of the source (InfluxDB ``site_tag`` /
 sensor list), and keeping its ledger rows under its id
-(:meth:`monitor.state.AgentState.for_site`); the outbox is shared. The agent
+(:meth:`monitor.storage.state.AgentState.for_site`); the outbox is shared. The agent
 (:mod:`monitor.agent`) decides when each site's due inspection runs and where.
 """
 from __future__ import annotations
@@ -18,18 +18,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.base import Reading, WindowSource
 from connectors.ratelimit import RateLimitedLog
+from connectors.timeutil import format_duration, iso
+from monitor.decision.tracker import SiteTracker, history_times
 from monitor.inspection import Inspector, Outcome
-from monitor.metrics import Metrics
 from monitor.schedule import InspectionPlan
-from monitor.store import site_key
-from monitor.timeutil import format_duration, iso
-from monitor.tracker import SiteTracker, history_times
+from monitor.service.metrics import Metrics
+from monitor.storage.store import site_key
 
 if TYPE_CHECKING:
     import pandas as pd
     from pydantic import BaseModel
 
-    from monitor.jobs import InspectionJob
+    from monitor.fleet.jobs import InspectionJob
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class SiteRunner:
         self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
         saved = self.state.open_incident()
         if saved is not None:
-            from monitor.incidents import Incident
+            from monitor.decision.incidents import Incident
 
             self.tracker.incident = Incident.from_dict(saved)
         self.history_ready = True
@@ -258,7 +258,7 @@ class SiteRunner:
     def job(self, t: datetime) -> InspectionJob:
         """The inspection at ``t`` as a job for a worker: with the window frame read here,
         or, for a source a worker can reach itself, with that source's config."""
-        from monitor.jobs import InspectionJob, InspectorSettings
+        from monitor.fleet.jobs import InspectionJob, InspectorSettings
 
         settings = InspectorSettings.of(self.inspector)
         history = self.history_at(t)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pandas as pd
 
 from connectors.base import Reading, WindowSource
-from monitor.metrics import Metrics
-from monitor.store import ReadingStore
+from monitor.service.metrics import Metrics
+from monitor.storage.store import ReadingStore
 
 T0 = datetime(2019, 3, 4, tzinfo=UTC).timestamp()
 

@@ -1,0 +1,78 @@
+"""The words of a result: its one-line summary and each sensor's change in source units.
+
+Sinks print what is written here (the console sink shows ``sensors[].change``), so every
+sink says the same thing in the same numbers.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from connectors.timeutil import iso
+from monitor.result import SensorScore
+
+
+def _num(value: Any, spec: str = ".3g") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _decimals(before: float, after: float) -> int:
+    """Decimals that show three significant digits of the larger mean (0 to 6): a change
+    below that resolution is noise to an operator and shows as 0."""
+    top = max(abs(before), abs(after))
+    places = 2 - math.floor(math.log10(top)) if top > 0 else 0
+    return min(max(places, 0), 6)
+
+
+def format_change(before: Any, after: Any) -> str:
+    """``36.1 -> 35.1 (-1.0)``: window means in the source's units and their change,
+    rounded to three significant digits of the larger mean (``n/a`` where one is missing)."""
+    if not (_finite(before) and _finite(after)):
+        return f"{_num(before, '.4g')} -> {_num(after, '.4g')}"
+    places = _decimals(before, after)
+    delta = round(after - before, places) + 0.0  # + 0.0: no "-0.0"
+    return f"{before:.{places}f} -> {after:.{places}f} ({delta:+.{places}f})"
+
+
+
+def _short_time(t: datetime) -> str:
+    return iso(t)[:16] + "Z"
+
+
+def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
+              p_value: float | None, error: str | None = None,
+              alpha: float | None = None, level: float | None = None,
+              sensors: Sequence[SensorScore] | None = None) -> str:
+    when = _short_time(t)
+    p = "n/a" if p_value is None else f"{p_value:.3g}"
+    if status == "error":
+        return f"Inspection at {when} failed: {error}"
+    if status == "calibrating":
+        return f"Inspection at {when}: {error}"
+    if status == "firing":
+        names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
+                                           if len(selected) > 8 else "")
+        text = f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} (p={p})"
+        rows = {r.sensor_id: r for r in sensors or []}
+        changes = [
+            name + " " + (rows[name].change or format_change(rows[name].raw_mean_before,
+                                                  rows[name].raw_mean_after))
+            for name in selected[:3] if name in rows]
+        return f"{text}; {', '.join(changes)}" if changes else text
+    if selected and p_value is not None:
+        return f"No significant change at {when} across {n_sensors} sensors (p={p})"
+    if level is not None:
+        return (f"No change at {when} across {n_sensors} sensors (p={p}; an alert needs "
+                f"p < {level:.3g})")
+    if p_value is not None and alpha is not None and p_value < alpha:
+        return (f"The windows differ at {when} (p={p}) but no sensor of {n_sensors} stands "
+                "out; not an alert")
+    return f"No change at {when} across {n_sensors} sensors (p={p})"
+
+
