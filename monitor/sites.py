@@ -105,7 +105,7 @@ class SiteRouter:
                                       "site's sensors", r.sensor, site)
                     continue
             key = site_key(site, r.sensor) if self.qualify else r.sensor
-            out.append(Reading(key, r.time, r.value))
+            out.append(Reading(key, r.time, r.value, None, r.topic, r.received))
         for reason, count in dropped.items():
             self.metrics.rejected(reason, count)
         return out
