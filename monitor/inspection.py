@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import pandas as pd
 
     from engine.result import Selection
-    from monitor.windows import Windows, WindowSpec
+    from monitor.windows import WindowIncomplete, Windows, WindowSpec
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
         return f"Inspection at {when} failed: {error}"
-    if status == "calibrating":
+    if status in ("calibrating", "incomplete"):
         return f"Inspection at {when}: {error}"
     if status == "firing":
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
@@ -243,7 +243,7 @@ class Inspector:
         """
         from connectors.base import ConnectorError
         from monitor.detection import DetectionError
-        from monitor.windows import WindowError
+        from monitor.windows import WindowError, WindowIncomplete
 
         started = time.perf_counter()
         result = self._base(t)
@@ -254,6 +254,8 @@ class Inspector:
                 self._decide_calibrated(result, windows, history)
             else:
                 self._fill(result, windows, None if prefit is None else prefit[1])
+        except WindowIncomplete as exc:
+            self._incomplete(result, exc)
         except (WindowError, DetectionError) as exc:
             self._fail(result, str(exc))
         except ConnectorError:
@@ -277,7 +279,8 @@ class Inspector:
         result.generator.runtime_s = round(time.perf_counter() - started + fit_share, 3)
         n = len(result.sensors) or result.data_quality.sensors_used or 0
         result.summary = summarise(result.status, t, n, result.selected_sensors,
-                                   result.test.p_value, result.error or result.calibration,
+                                   result.test.p_value,
+                                   result.error or result.calibration or result.incomplete,
                                    self.engine.alpha,
                                    self.decision.calibration.level if self.calibrated
                                    else None, result.sensors)
@@ -290,6 +293,14 @@ class Inspector:
         self._fail(result, message)
         result.summary = summarise(result.status, t, 0, [], None, message)
         return result.to_dict()
+
+    @staticmethod
+    def _incomplete(result: InspectionResult, exc: WindowIncomplete) -> None:
+        """The after window reaches past the data: no decision either way, and no
+        carried values standing in for the missing part (docs/result.md, Status)."""
+        result.status = "incomplete"
+        result.incomplete = str(exc)
+        result.data_quality.after_covered = round(exc.covered, 6)
 
     @staticmethod
     def _fail(result: InspectionResult, message: str) -> None:
