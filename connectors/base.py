@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import builtins
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pandas as pd
@@ -47,12 +47,19 @@ class Reading:
     ``site``: the site the source says the reading belongs to (an MQTT topic level
     ``{site}``), None when the source does not say (the agent then goes by the sites'
     sensor lists).
+    ``topic``: where it came from (an MQTT topic), for the log line of a refused reading.
+    ``received``: True when the message carried no time and ``time`` is when it was
+    received; a site on the data clock refuses such readings (the receive time says
+    nothing about where the data is).
     """
 
     sensor: str
     time: float
     value: float
     site: str | None = None
+    # provenance, not data: two readings of the same sensor, time and value are equal
+    topic: str | None = field(default=None, compare=False)
+    received: bool = field(default=False, compare=False)
 
 
 #: Called by a stream source with a batch of accepted readings. It returns only after the

@@ -426,7 +426,8 @@ class Agent:
         try:
             assert self.reporter is not None
             if outcome.windows is None and job is not None and site is not None \
-                    and job.frame is not None and outcome.result.get("status") != "error":
+                    and job.frame is not None \
+                    and outcome.result.get("status") not in ("error", "incomplete"):
                 # ran on a worker: the figures' windows again from the frame it was sent
                 from monitor.windows import build_windows
 

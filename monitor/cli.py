@@ -396,7 +396,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         for _, close in readers:
             close()
     counts = {s: sum(r["status"] == s for r in results)
-              for s in ("firing", "ok", "calibrating", "error")}
+              for s in ("firing", "ok", "calibrating", "error", "incomplete")}
     log.warning("backfill: %d inspections (%s)", len(results),
                 ", ".join(f"{k} {v}" for k, v in counts.items()))
     if args.report is not None:

@@ -24,7 +24,7 @@ from monitor.windows import WindowSpec
 
 if TYPE_CHECKING:
     from monitor.storage.publish import Publisher
-    from monitor.storage.store import ReadingStore
+    from monitor.storage.store import ClockPolicy, ReadingStore
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ def inspection_interval(config: MonitorConfig) -> timedelta:
     times = InspectionPlan.from_config(config.schedule).times(datetime(2020, 1, 1, tzinfo=UTC))
     first = next(times)
     return next(times) - first
+
+
+#: A reading more than this many inspection intervals (or one after window, when that is
+#: longer) ahead of its site's data clock is held back (docs/cli.md, "The data clock").
+AHEAD_INTERVALS = 4
+
+
+def clock_policy(config: MonitorConfig) -> ClockPolicy:
+    """What the reading store refuses for one site (``config``: that site's config): a
+    time further ahead of the site's data clock than ``AHEAD_INTERVALS`` inspection
+    intervals or one after window, whichever is longer (a sender may publish an after
+    window at once; one bogus time must not become the clock), and on ``clock: data`` a
+    reading without a time of its own."""
+    from monitor.storage.store import ClockPolicy
+
+    bound = max(AHEAD_INTERVALS * inspection_interval(config), config.windows.after)
+    return ClockPolicy(max_ahead_s=bound.total_seconds(),
+                       refuse_received=config.schedule.clock == "data")
 
 
 def build_decision(config: MonitorConfig) -> DecisionSettings:
@@ -297,6 +315,9 @@ def build_sites(config: MonitorConfig, feed: Feed, state: Any,
             else:
                 windows, source = site_source(config, entry)
                 closers.append(windows.close)
+        if feed.store is not None:
+            feed.store.set_clock_policy(clock_policy(site_config),
+                                        None if entry is None else entry.id)
         runners.append(SiteRunner(
             inspector=inspector, windows=windows, state=ledger,
             plan=InspectionPlan.from_config(schedule), tracker=tracker, clock=schedule.clock,

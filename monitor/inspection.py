@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import pandas as pd
 
     from engine.result import Selection
-    from monitor.windows import Windows, WindowSpec
+    from monitor.windows import WindowIncomplete, Windows, WindowSpec
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class Inspector:
         """
         from connectors.base import ConnectorError
         from engine.live.residual_shift import DetectionError
-        from monitor.windows import WindowError
+        from monitor.windows import WindowError, WindowIncomplete
 
         started = time.perf_counter()
         result = self._base(t)
@@ -220,6 +220,8 @@ class Inspector:
                 self._decide_calibrated(result, windows, history)
             else:
                 self._fill(result, windows, None if prefit is None else prefit[1])
+        except WindowIncomplete as exc:
+            self._incomplete(result, exc)
         except (WindowError, DetectionError) as exc:
             self._fail(result, str(exc))
         except ConnectorError:
@@ -243,7 +245,8 @@ class Inspector:
         result.generator.runtime_s = round(time.perf_counter() - started + fit_share, 3)
         n = len(result.sensors) or result.data_quality.sensors_used or 0
         result.summary = summarise(result.status, t, n, result.selected_sensors,
-                                   result.test.p_value, result.error or result.calibration,
+                                   result.test.p_value,
+                                   result.error or result.calibration or result.incomplete,
                                    self.engine.alpha,
                                    self.decision.calibration.level if self.calibrated
                                    else None, result.sensors)
@@ -256,6 +259,14 @@ class Inspector:
         self._fail(result, message)
         result.summary = summarise(result.status, t, 0, [], None, message)
         return result.to_dict()
+
+    @staticmethod
+    def _incomplete(result: InspectionResult, exc: WindowIncomplete) -> None:
+        """The after window reaches past the data: no decision either way, and no
+        carried values standing in for the missing part (docs/result.md, Status)."""
+        result.status = "incomplete"
+        result.incomplete = str(exc)
+        result.data_quality.after_covered = round(exc.covered, 6)
 
     @staticmethod
     def _fail(result: InspectionResult, message: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any, Literal, get_args
 from monitor.decision.incidents import Incident
 
 SCHEMA = "mmdwatch.inspection/v1"
-Status = Literal["ok", "firing", "error", "calibrating"]
+Status = Literal["ok", "firing", "error", "calibrating", "incomplete"]
 STATUSES: tuple[str, ...] = get_args(Status)
 CALIBRATED = "calibrated"  # test.decision of the calibrated rule
 
@@ -259,17 +259,19 @@ class DataQuality:
     sensors_seen: int | None = None
     sensors_used: int | None = None
     unscaled_sensors: dict[str, str] | None = None
+    after_covered: float | None = None  # present exactly when status is incomplete
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("missing_fraction", "dropped_sensors", "dropped_reasons", "sensors_seen",
-             "sensors_used", "unscaled_sensors")
+             "sensors_used", "unscaled_sensors", "after_covered")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"missing_fraction": self.missing_fraction,
                                "dropped_sensors": list(self.dropped_sensors)}
         optional = (("dropped_reasons", self.dropped_reasons),
                     ("sensors_seen", self.sensors_seen), ("sensors_used", self.sensors_used),
-                    ("unscaled_sensors", self.unscaled_sensors))
+                    ("unscaled_sensors", self.unscaled_sensors),
+                    ("after_covered", self.after_covered))
         out.update({k: (dict(v) if isinstance(v, dict) else v)
                     for k, v in optional if v is not None})
         out.update(copy.deepcopy(self.extra))
@@ -293,6 +295,7 @@ class DataQuality:
                    else {str(k): str(v) for k, v in reasons.items()},
                    sensors_seen=_int(d.get("sensors_seen")),
                    sensors_used=_int(d.get("sensors_used")),
+                   after_covered=_num(d.get("after_covered")),
                    unscaled_sensors=None if unscaled is None
                    else {str(k): str(v) for k, v in unscaled.items()},
                    extra=_extra(d, cls._KEYS))
@@ -446,12 +449,13 @@ class InspectionResult:
     incident_event: str | None = None  # written as incident.event
     calibration: str | None = None  # present exactly when status is calibrating
     error: str | None = None  # present exactly when status is error
+    incomplete: str | None = None  # present exactly when status is incomplete
     schema: str = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("schema", "fingerprint", "site", "status", "inspection_time", "windows", "test",
              "sensors", "selected_sensors", "summary", "data_quality", "generator", "engine",
-             "detection", "incident", "calibration", "error")
+             "detection", "incident", "calibration", "error", "incomplete")
 
     @property
     def calibrated(self) -> bool:
@@ -492,6 +496,8 @@ class InspectionResult:
             out["calibration"] = self.calibration
         if self.error is not None:
             out["error"] = self.error
+        if self.incomplete is not None:
+            out["incomplete"] = self.incomplete
         out.update(copy.deepcopy(self.extra))
         return out
 
@@ -529,6 +535,7 @@ class InspectionResult:
             incident_event=None if incident is None else _opt_str(incident.get("event")),
             calibration=_opt_str(data.get("calibration")),
             error=_opt_str(data.get("error")),
+            incomplete=_opt_str(data.get("incomplete")),
             extra=_extra(data, cls._KEYS),
         )
 

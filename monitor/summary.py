@@ -53,7 +53,7 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
         return f"Inspection at {when} failed: {error}"
-    if status == "calibrating":
+    if status in ("calibrating", "incomplete"):
         return f"Inspection at {when}: {error}"
     if status == "firing":
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"

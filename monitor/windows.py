@@ -5,6 +5,13 @@ For inspection time t, before = [t - B, t) and after = [t, t + A). Readings are 
 aggregated. Sensors without enough data in either window are dropped and listed; short
 gaps inside a window are interpolated within that window only.
 
+Nothing is invented past the data: an after window that reaches beyond the newest reading
+(its last bin holds no reading of any sensor) is not built at all but raises
+:class:`WindowIncomplete`, with the share of it the data covers. The agent waits for such
+a window; a one-shot command ends that time as ``incomplete``. Filling happens only inside
+windows the data covers, and is capped by ``min_coverage`` (a sensor with data in fewer
+bins is dropped, not filled).
+
 Normalisation (``normalise``):
 
 * ``before`` (default): both windows divided by the sensor's before-window mean. A common
@@ -37,6 +44,24 @@ if TYPE_CHECKING:
 
 class WindowError(Exception):
     """Too little data for an inspection; the message says what is missing and what to do."""
+
+
+class WindowIncomplete(WindowError):
+    """The after window reaches past the newest reading: the data covers only ``covered``
+    (a share in [0, 1)) of it, up to ``data_end``. Not an error of the data: the
+    inspection can run once the data reaches the window's end."""
+
+    def __init__(self, covered: float, data_end: pd.Timestamp | None,
+                 end: pd.Timestamp) -> None:
+        self.covered = covered
+        self.data_end = data_end
+        self.end = end
+        reached = ("no reading in it yet" if data_end is None
+                   else f"the data reaches {data_end.isoformat()}")
+        super().__init__(
+            f"the after window is covered to {covered:.0%} by the data ({reached}, the "
+            f"window ends {end.isoformat()}); nothing is filled past the data: inspect "
+            "this time again once the data reaches the window's end")
 
 
 @dataclass(frozen=True)
@@ -110,8 +135,23 @@ def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timesta
 
 
 def _fill(frame: pd.DataFrame) -> pd.DataFrame:
-    """Interpolate gaps inside one window, carrying edge values outward."""
+    """Interpolate gaps inside one window, carrying a sensor's edge values outward. Only
+    ever called on windows the data covers to their last bin (:func:`after_covered`), so a
+    carried edge bridges one sensor's gap inside the data, never the time past it; how
+    much is filled is capped by ``min_coverage``."""
     return frame.interpolate(method="linear", limit_direction="both", axis=0)
+
+
+def after_covered(after: pd.DataFrame) -> float:
+    """Share of the after window's bins up to and including the last one in which any
+    sensor has a reading: 1.0 when the data reaches the window's end."""
+    if after.empty or not len(after.index):
+        return 0.0
+    filled = after.notna().any(axis=1).to_numpy()
+    if not filled.any():
+        return 0.0
+    last = int(np.flatnonzero(filled)[-1])
+    return (last + 1) / len(filled)
 
 
 def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
@@ -166,6 +206,14 @@ def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Wind
         readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
     before = resample_window(readings, start, t, spec.resample, spec.aggregate)
     after = resample_window(readings, t, end, spec.resample, spec.aggregate)
+    covered = after_covered(after)
+    if covered < 1.0 and not before.empty and before.notna().any().any():
+        # the data ends inside the after window: carrying the last values over the rest
+        # would invent a flat tail that the statistics read as a change
+        filled = after.notna().any(axis=1)
+        data_end = (readings.loc[(readings["time"] >= t) & (readings["time"] < end),
+                                 "time"].max() if filled.any() else None)
+        raise WindowIncomplete(covered, None if pd.isna(data_end) else data_end, end)
     sensors = sorted(set(before.columns) | set(after.columns))
     before = before.reindex(columns=sensors)
     after = after.reindex(columns=sensors)

@@ -7,7 +7,8 @@ Accepted payloads (docs/mqtt.md, "Payload forms"):
 * a bare number ``41.2`` when ``sensor_from_topic`` names the topic level holding the
   sensor id (time = receive time).
 
-``time`` is ISO 8601 (naive = UTC) or epoch seconds; when missing, the receive time.
+``time`` is ISO 8601 (naive = UTC) or epoch seconds; when missing, the receive time, and
+the reading is marked ``received`` (a site on the data clock refuses it).
 ``sensor`` may be left out of an object when the topic carries it. Everything else is
 rejected with a short reason string (counted per reason by the source).
 """
@@ -198,11 +199,10 @@ def _parse_item(item: object, topic_sensor: str | None, received_at: float) -> R
     if isinstance(value, str):
         return value
     if item.get("time") is None:
-        time_s: float | str = received_at
-    else:
-        time_s = parse_time(item["time"])
-        if isinstance(time_s, str):
-            return time_s
+        return Reading(sensor=sensor, time=received_at, value=value, received=True)
+    time_s = parse_time(item["time"])
+    if isinstance(time_s, str):
+        return time_s
     return Reading(sensor=sensor, time=time_s, value=value)
 
 
@@ -240,7 +240,8 @@ def parse_payload(
             return ParseResult(rejected=[INVALID_JSON if isinstance(doc, str) else number])
         if topic_sensor is None:
             return ParseResult(rejected=[BARE_NUMBER_WITHOUT_SENSOR])
-        return ParseResult(readings=[Reading(topic_sensor, received_at, number, topic_site)])
+        return ParseResult(readings=[Reading(topic_sensor, received_at, number, topic_site,
+                                             topic, received=True)])
     items = doc if isinstance(doc, list) else [doc]
     if not items:
         return ParseResult(rejected=[EMPTY_ARRAY])
@@ -249,8 +250,8 @@ def parse_payload(
     for item in items:
         out = _parse_item(item, topic_sensor, received_at)
         if isinstance(out, Reading):
-            readings.append(out if topic_site is None else
-                            Reading(out.sensor, out.time, out.value, topic_site))
+            readings.append(Reading(out.sensor, out.time, out.value, topic_site, topic,
+                                    out.received))
         else:
             rejected.append(out)
     return ParseResult(readings=readings, rejected=rejected)

@@ -83,7 +83,7 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
                           firing_inspections=current.firing_inspections + 1)
         event = "updated" if set(sensors) != set(current.sensors) else None  # not for order
         return updated, event, updated
-    if current is None or status == "error":
+    if current is None or status in ("error", "incomplete"):  # no evidence either way
         return current, None, current
     quiet = parse_time(t) - parse_time(current.last_firing)
     if quiet >= settings.resolve_after:

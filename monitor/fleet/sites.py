@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from connectors.base import Reading, WindowSource
+from connectors.base import ConnectorError, Reading, WindowSource
 from connectors.ratelimit import RateLimitedLog
 from connectors.timeutil import format_duration, iso
 from monitor.decision.tracker import SiteTracker, history_times
@@ -32,6 +32,11 @@ if TYPE_CHECKING:
     from monitor.fleet.jobs import InspectionJob
 
 log = logging.getLogger(__name__)
+
+#: How long past t + A a wall-clock site waits for its data to reach the end of the after
+#: window before it runs the inspection anyway (it then ends ``incomplete``, so a site
+#: whose data stopped still shows it). Late data within it is waited for, never filled.
+LATE_DATA_GRACE = timedelta(hours=1)
 
 #: Rejection reasons of the router (metric labels, like the MQTT payload reasons).
 UNKNOWN_SITE = "unknown_site"
@@ -105,7 +110,7 @@ class SiteRouter:
                                       "site's sensors", r.sensor, site)
                     continue
             key = site_key(site, r.sensor) if self.qualify else r.sensor
-            out.append(Reading(key, r.time, r.value))
+            out.append(Reading(key, r.time, r.value, None, r.topic, r.received))
         for reason, count in dropped.items():
             self.metrics.rejected(reason, count)
         return out
@@ -212,10 +217,16 @@ class SiteRunner:
             times = self.plan.times(max(anchor, datetime.fromtimestamp(last, UTC)),
                                     inclusive=False)
         out: list[datetime] = []
+        reached = _Reached(self, now)
         for t in times:
             if t + after > now or len(out) >= limit:
                 break
             if not self.state.is_done(t.timestamp()):
+                if not reached(t + after):
+                    # on the wall clock the data may lag (a late upload, a database's
+                    # ingest delay): wait for it rather than inspect a window it does not
+                    # cover; later times reach even further past the data
+                    break
                 out.append(t)
         return out
 
@@ -286,6 +297,29 @@ class SiteRunner:
 
             span = self.inspector.decision.calibration.history + timedelta(days=1)
             self.state.prune_history(last - span.total_seconds())
+
+
+class _Reached:
+    """``due``'s check that the data covers an after window: always on the data clock (the
+    clock is the data); on the wall clock by the data's own clock, until
+    :data:`LATE_DATA_GRACE` past the window's end. The watermark is asked at most once."""
+
+    _UNASKED = object()
+
+    def __init__(self, site: SiteRunner, now: datetime) -> None:
+        self.site = site
+        self.now = now
+        self.wm: Any = self._UNASKED
+
+    def __call__(self, end: datetime) -> bool:
+        if self.site.clock != "wall" or self.now >= end + LATE_DATA_GRACE:
+            return True
+        if self.wm is self._UNASKED:
+            try:
+                self.wm = self.site.watermark()
+            except ConnectorError:  # the source is down: wait; after the grace the run
+                self.wm = None      # itself meets the error and backs off
+        return self.wm is not None and self.wm >= end - self.site.inspector.spec.resample
 
 
 class SensorFilter(WindowSource):

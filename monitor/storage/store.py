@@ -19,11 +19,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from connectors.base import Reading, WindowSource
+from connectors.ratelimit import RateLimitedLog
 from monitor.service.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -43,6 +45,35 @@ CREATE TABLE IF NOT EXISTS readings (
 # Readings further ahead of the wall clock than this are rejected: one bogus future
 # timestamp would otherwise push the data clock past every pending inspection.
 MAX_FUTURE_S = 86400.0
+
+#: Rejection reasons of the data clock (metric labels, like the other reasons).
+AHEAD_OF_DATA_CLOCK = "ahead_of_data_clock"
+NO_TIME_ON_DATA_CLOCK = "no_time_on_data_clock"
+
+
+@dataclass(frozen=True)
+class ClockPolicy:
+    """What one site's data clock refuses (set by the agent from the site's schedule).
+
+    ``max_ahead_s``: a reading further ahead of the site's robust data clock than this is
+    held back (refused, counted, logged). ``refuse_received``: a reading whose time is only
+    its receive time (the message carried none) is refused: on ``clock: data`` the receive
+    time says nothing about where the data is.
+    """
+
+    max_ahead_s: float
+    refuse_received: bool = False
+
+
+def robust_clock(newest: Iterable[float]) -> float | None:
+    """The data clock of a group of sensors: the lower median of their newest times.
+
+    One sensor (or fewer than half of them) far ahead cannot move it; it is always the
+    newest time of a real sensor, never an average. None when there are no sensors."""
+    times = sorted(newest)
+    if not times:
+        return None
+    return times[(len(times) - 1) // 2]
 
 
 #: Joins a site id and a sensor id into the store's sensor key in a multi-site agent
@@ -85,9 +116,15 @@ class ReadingStore(WindowSource):
         self._local = threading.local()
         self._sensor_ids: dict[str, int] = {
             name: id_ for id_, name in self._writer.execute("SELECT id, name FROM sensors")}
-        self._watermark: float | None = self._query_watermark(self._writer)
-        self._site_watermarks: dict[str, float] = {}  # site -> newest (multi-site keys)
         self._sensor_names = {id_: name for name, id_ in self._sensor_ids.items()}
+        # sensor key -> its newest time: what the robust data clock is the median of. It
+        # also counts the times of readings held back, so that after a real gap the clock
+        # moves on once most sensors report from the far side (held-back times live in
+        # memory only; a reopened store starts from what it holds).
+        self._newest: dict[str, float] = self._query_newest(self._writer)
+        self._clocks: dict[str | None, float | None] = {}  # site -> clock, per commit
+        self._policies: dict[str | None, ClockPolicy] = {}
+        self._refusals = RateLimitedLog(log, 60.0)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
@@ -105,17 +142,25 @@ class ReadingStore(WindowSource):
         return conn
 
     # -- writing ------------------------------------------------------------------------------
+    def set_clock_policy(self, policy: ClockPolicy, site: str | None = None) -> None:
+        """Guard the data clock of ``site`` (its ``site\x1f`` keys; None: the bare keys of
+        a single-site store) with ``policy``. Without one only the wall clock guards."""
+        self._policies[site] = policy
+
     def add(self, readings: Iterable[Reading]) -> int:
         """Commit a batch (one transaction); return how many were accepted.
 
-        Non-finite values and times too far in the future are rejected and counted in the
-        metrics by reason; the rest are committed before this returns.
+        Non-finite values, times too far ahead of the wall clock and, for a site with a
+        :class:`ClockPolicy`, times too far ahead of its data clock (and receive times on a
+        data clock) are rejected and counted in the metrics by reason; the rest are
+        committed before this returns.
         """
         horizon = time.time() + MAX_FUTURE_S
         rows: list[tuple[int, float, float]] = []
         pending: dict[str, int] = {}  # unseen sensor -> negative placeholder id
         bad_value = bad_time = 0
         ids = self._sensor_ids
+        checked: list[Reading] = []
         for r in readings:
             t, v = r.time, r.value
             if not (isinstance(v, float | int) and math.isfinite(v)):
@@ -124,10 +169,14 @@ class ReadingStore(WindowSource):
             if not math.isfinite(t) or t > horizon:
                 bad_time += 1
                 continue
+            checked.append(r)
+        if self._policies:
+            checked = self._guard_data_clock(checked)
+        for r in checked:
             sid = ids.get(r.sensor)
             if sid is None:
                 sid = pending.setdefault(r.sensor, -1 - len(pending))
-            rows.append((sid, float(t), float(v)))
+            rows.append((sid, float(r.time), float(r.value)))
         if bad_value:
             self._metrics.rejected("non_finite_value", bad_value)
         if bad_time:
@@ -158,13 +207,69 @@ class ReadingStore(WindowSource):
             for name, placeholder in pending.items():
                 ids[name] = fresh[placeholder]
                 self._sensor_names[fresh[placeholder]] = name
-            newest = max(t for _, t, _ in rows)
-            if self._watermark is None or newest > self._watermark:
-                self._watermark = newest
-            if self._site_watermarks:
-                self._advance_sites(rows)
+            self._advance(checked)
         self._metrics.readings(len(rows))
         return len(rows)
+
+    def _advance(self, readings: Iterable[Reading]) -> None:
+        """Move the per-sensor newest times by ``readings``; the clocks are recomputed when
+        next asked."""
+        newest = self._newest
+        for r in readings:
+            if r.time > newest.get(r.sensor, -math.inf):
+                newest[r.sensor] = r.time
+        self._clocks = {}
+
+    def _guard_data_clock(self, readings: list[Reading]) -> list[Reading]:
+        """The readings of ``readings`` that the data clocks of their sites accept.
+
+        The clock a reading is judged against already counts this batch's claims (each
+        sensor's newest in it): a network that comes back from a long gap all together
+        moves its clock at once, while one sensor alone far ahead cannot move it."""
+        by_site: dict[str | None, list[Reading]] = {}
+        for r in readings:
+            by_site.setdefault(site_of(r.sensor), []).append(r)
+        kept: list[Reading] = []
+        for site, group in by_site.items():
+            policy = self._policies.get(site)
+            if policy is None:
+                kept += group
+                continue
+            timed = [r for r in group if not (policy.refuse_received and r.received)]
+            for r in group:
+                if policy.refuse_received and r.received:
+                    self._refuse(NO_TIME_ON_DATA_CLOCK, r, site,
+                                 "it carries no time, and on clock: data the receive time "
+                                 "says nothing about where the data is; send its time")
+            claims = dict(self._site_newest(site))
+            for r in timed:
+                if r.time > claims.get(r.sensor, -math.inf):
+                    claims[r.sensor] = r.time
+            clock = robust_clock(claims.values())
+            limit = math.inf if clock is None else clock + policy.max_ahead_s
+            for r in timed:
+                if clock is None or r.time <= limit:
+                    kept.append(r)
+                    continue
+                self._refuse(AHEAD_OF_DATA_CLOCK, r, site,
+                             f"{(r.time - clock) / 3600:.1f} h ahead of the data clock "
+                             f"{_iso(clock)} (the bound is "
+                             f"{policy.max_ahead_s / 3600:g} h); fix the sender's clock")
+                # its time still counts towards the clock (see _advance): after a gap,
+                # once most sensors report from the far side, the clock moves there
+                newest = self._newest
+                if r.time > newest.get(r.sensor, -math.inf) and r.sensor in self._sensor_ids:
+                    newest[r.sensor] = r.time
+                    self._clocks = {}
+        return kept
+
+    def _refuse(self, reason: str, r: Reading, site: str | None, why: str) -> None:
+        self._metrics.rejected(reason)
+        sensor = r.sensor.partition(SITE_SEP)[2] if site is not None else r.sensor
+        self._refusals.warning(reason, "reading of sensor %r%s%s held back (%s): %s",
+                               sensor, "" if site is None else f" of site {site}",
+                               "" if r.topic is None else f" on topic {r.topic!r}",
+                               reason, why)
 
     def prune(self, before: float, site: str | None = None) -> int:
         """Delete readings older than ``before`` (epoch s), of one ``site`` only when given
@@ -194,28 +299,45 @@ class ReadingStore(WindowSource):
         removed = 0
         self._writer.execute("BEGIN IMMEDIATE")
         for sid in ids:
+            # never a sensor's newest reading: the data clock (the median of the sensors'
+            # newest times) must read the same after a restart as before the prune
             removed += self._writer.execute(
-                "DELETE FROM readings WHERE sensor_id = ? AND time < ?", (sid, before)
+                "DELETE FROM readings WHERE sensor_id = ? AND time < ? AND time < "
+                "(SELECT MAX(time) FROM readings WHERE sensor_id = ?)", (sid, before, sid)
             ).rowcount
         self._writer.execute("COMMIT")
         return removed
 
     # -- reading ------------------------------------------------------------------------------
     def last_time_s(self) -> float | None:
-        """Time (epoch s) of the newest reading, None when empty (kept in memory)."""
-        return self._watermark
+        """The data clock (epoch s) of the whole store: the lower median of the sensors'
+        newest times (:func:`robust_clock`), None when empty (kept in memory)."""
+        return self.clock(None, every_key=True)
 
     def watermark(self) -> pd.Timestamp | None:
-        """Time of the newest reading, None when empty."""
-        return _timestamp(self._watermark)
+        """The data clock of the whole store (see :meth:`last_time_s`), None when empty."""
+        return _timestamp(self.last_time_s())
+
+    def clock(self, site: str | None, *, every_key: bool = False) -> float | None:
+        """The robust data clock of ``site`` (its ``site\x1f`` keys; None: bare keys, or
+        every key with ``every_key``): the lower median of its sensors' newest times."""
+        key = "\x00all" if every_key else site
+        if key not in self._clocks:
+            newest = (self._newest.values() if every_key
+                      else (t for _, t in self._site_newest(site)))
+            self._clocks[key] = robust_clock(newest)
+        return self._clocks[key]
+
+    def _site_newest(self, site: str | None) -> list[tuple[str, float]]:
+        return [(name, t) for name, t in list(self._newest.items())
+                if site_of(name) == site]
 
     @staticmethod
-    def _query_watermark(conn: sqlite3.Connection) -> float | None:
+    def _query_newest(conn: sqlite3.Connection) -> dict[str, float]:
         # One index probe per sensor rather than a scan of every reading.
-        row = conn.execute(
-            "SELECT MAX((SELECT MAX(time) FROM readings r WHERE r.sensor_id = s.id)) "
-            "FROM sensors s").fetchone()
-        return row[0] if row else None
+        return {name: t for name, t in conn.execute(
+            "SELECT s.name, (SELECT MAX(time) FROM readings r WHERE r.sensor_id = s.id) "
+            "FROM sensors s") if t is not None}
 
     def first_time(self) -> pd.Timestamp | None:
         """Time of the oldest reading kept, None when empty."""
@@ -261,30 +383,10 @@ class ReadingStore(WindowSource):
         prefix = site + SITE_SEP
         return [i for name, i in list(self._sensor_ids.items()) if name.startswith(prefix)]
 
-    def _advance_sites(self, rows: list[tuple[int, float, float]]) -> None:
-        """Move the newest time of the sites already asked about by the committed ``rows``
-        (the others are read from the database when first asked)."""
-        known = self._site_watermarks
-        names = self._sensor_names
-        newest: dict[int, float] = {}
-        for sid, t, _ in rows:
-            if t > newest.get(sid, -math.inf):
-                newest[sid] = t
-        for sid, t in newest.items():
-            site, sep, _ = names.get(sid, "").partition(SITE_SEP)
-            if sep and site in known and t > known[site]:
-                known[site] = t
-
     def site_watermark(self, site: str) -> float | None:
-        """Time (epoch s) of one site's newest reading (multi-site keys), None when it has
-        none; kept in memory once asked."""
-        wm = self._site_watermarks.get(site)
-        if wm is None:
-            with self._write_lock:  # no batch commits between the query and the cache
-                wm = self._site_extreme(site, "MAX")
-                if wm is not None:
-                    self._site_watermarks[site] = wm
-        return wm
+        """One site's data clock (epoch s; multi-site keys): the lower median of its
+        sensors' newest times, None when it has none (kept in memory)."""
+        return self.clock(site)
 
     def _site_extreme(self, site: str, fn: str) -> float | None:
         """MIN or MAX reading time of one site: one index probe per sensor of the site."""
@@ -338,6 +440,16 @@ class SiteReadings(WindowSource):
     def close(self) -> None:
         if self._owner:
             self.store.close()
+
+
+def site_of(key: str) -> str | None:
+    """The site of a store key (``north\x1fn12`` -> ``north``); None for a bare id."""
+    site, sep, _ = key.partition(SITE_SEP)
+    return site if sep else None
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _frame(rows: list[tuple[str, float, float]]) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from connectors.base import Reading
 from monitor.compose import build_agent
 from monitor.config import validate_config
+from monitor.fleet.sites import LATE_DATA_GRACE
 from monitor.schedule import InspectionPlan
 
 
@@ -69,6 +70,38 @@ def test_wall_clock_catches_up_missed_inspections_oldest_first(tmp_path):
         - timedelta(days=5)
     agent = _agent(tmp_path, clock="wall", start=start.isoformat())
     due = agent.due()
-    # t + 1d <= now: the five days from start up to yesterday
-    assert due == [start + timedelta(days=k) for k in range(5)]
+    # t + 1d <= now: the five days from start up to yesterday (no data arrives: each is
+    # due once LATE_DATA_GRACE has passed after its window, so before 01:00 UTC four)
+    now = datetime.now(UTC)
+    assert due == [start + timedelta(days=k) for k in range(5)
+                   if start + timedelta(days=k + 1) + LATE_DATA_GRACE <= now]
+    assert len(due) >= 4
     agent.stop()
+
+
+def test_wall_clock_waits_for_the_data_to_cover_the_after_window(tmp_path):
+    """On the wall clock the data may lag: a time whose after window the data does not
+    reach yet is not due until it does, or until LATE_DATA_GRACE has passed."""
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    config = validate_config({
+        "site": "t", "state_dir": str(tmp_path / "state"),
+        "source": {"type": "file", "path": str(tmp_path / "unused.csv")},
+        "sinks": [], "profile": "retrospective",
+        "windows": {"before": "2h", "after": "1h", "resample": "10min"},
+        "schedule": {"every": "1h", "clock": "wall",
+                     "start": (hour - timedelta(hours=2)).isoformat()},
+    }, env={})
+    agent = build_agent(config)
+    try:
+        # data up to 70 minutes before the hour: the window [hour - 1h, hour) is not
+        # covered, and its grace runs to hour + 1h
+        first = (hour - timedelta(hours=5)).timestamp()
+        stop = (hour - timedelta(minutes=70)).timestamp()
+        agent.deliver([Reading(s, first + 300 * k, 1.0) for s in ("a", "b")
+                       for k in range(int((stop - first) / 300) + 1)])
+        assert agent.due() == [hour - timedelta(hours=2)]  # its grace has passed
+        late = (hour - timedelta(minutes=5)).timestamp()
+        agent.deliver([Reading(s, late, 1.0) for s in ("a", "b")])  # the data catches up
+        assert agent.due() == [hour - timedelta(hours=2), hour - timedelta(hours=1)]
+    finally:
+        agent.stop()

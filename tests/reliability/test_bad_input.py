@@ -76,13 +76,16 @@ def test_empty_window_is_an_error_result_with_a_reason(tmp_path: Path) -> None:
     store.close()
 
 
-def test_after_window_missing_is_an_error_result(tmp_path: Path) -> None:
+def test_after_window_missing_is_an_incomplete_result(tmp_path: Path) -> None:
+    """No reading after T: the after window lies wholly past the data, so no decision
+    (issue 19: ``incomplete``, not ``error``; nothing is filled)."""
     store = ReadingStore(tmp_path / "r.sqlite")
     times = _grid()
     store.add([Reading(s, float(t), 1.0 + i) for i, s in enumerate("abc") for t in times
                if t < T.timestamp()])
     r = _inspector().run(T, store.read_window).result
-    assert r["status"] == "error" and r["error"], r
+    assert r["status"] == "incomplete" and "covered to 0%" in r["incomplete"], r
+    assert r["data_quality"]["after_covered"] == 0.0 and "error" not in r
     store.close()
 
 
