@@ -169,8 +169,8 @@ class GapWatch:
         if self._thread is not None:
             self._thread.join(timeout=15)
             self._thread = None
-        # No last check: the agent stops its services after closing the sinks, and holes
-        # found in the last second are in the log of the next start's hole anyway.
+        # No last check: the agent stops its services after closing the sinks, so an
+        # event found in the last second could not be published anyway.
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
