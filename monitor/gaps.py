@@ -9,9 +9,12 @@ event on every sink that takes events (MQTT: ``<prefix>/<site>/status``, docs/mq
 ``hole``
     A sensor's readings resumed after a step longer than ``gaps.hole_factor`` (1.5) times
     its own cadence (the shortest of its last few steps between readings). The span is
-    closed: from its last reading before to its first reading after. All holes of one site
-    found within one check (1 s) are one event, so a reconnect that shows a hole in 500
-    sensors is one message; ``after_reconnect`` says whether the source connected anew
+    closed: from its last reading before to its first reading after. A hole waits 5 s
+    (``settle_s``) for late readings before it is published: after a reconnect a broker may
+    deliver what it had queued for the old session after what publishers sent since, and
+    a late reading inside a hole splits it (nothing lost, only reordered). All holes of one
+    site that settle in one check (1 s) are one event, so a reconnect that shows a hole in
+    500 sensors is one message; ``after_reconnect`` says whether the source connected anew
     between the two readings (the source's ``health()["sessions"]`` changed).
 ``quiet``
     Sensors whose newest reading is more than ``gaps.quiet_intervals`` (2) inspection
@@ -79,8 +82,13 @@ class _Hole:
     sensor: str
     start: float
     end: float
-    missing: int
+    cadence: float
     after_reconnect: bool
+    found: float  # monotonic time it was found
+
+    @property
+    def missing(self) -> int:
+        return max(1, round((self.end - self.start) / self.cadence) - 1)
 
 
 class GapWatch:
@@ -96,7 +104,7 @@ class GapWatch:
     def __init__(self, sites: Sequence[GapSite], sinks: Sequence[Sink], metrics: Metrics, *,
                  quiet_intervals: float = 2.0, hole_factor: float = 1.5,
                  sessions: Callable[[], int | None] = lambda: None,
-                 check_every_s: float = 1.0,
+                 check_every_s: float = 1.0, settle_s: float = 5.0,
                  wall: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         if not sites:
@@ -109,11 +117,15 @@ class GapWatch:
         self.hole_factor = hole_factor
         self._sessions = sessions
         self._every = check_every_s
+        self._settle = settle_s
         self._wall = wall
         self._mono = monotonic
         self._lock = threading.Lock()
         self._tracks: dict[str, dict[str, _Track]] = {s: {} for s in self._sites}
-        self._holes: dict[str, list[_Hole]] = {}
+        # holes found and not yet published, by (site, sensor): they wait settle_s for late
+        # readings, since after a reconnect a broker may deliver what it had queued for the
+        # old session after what publishers sent since (nothing lost, only reordered)
+        self._holes: dict[tuple[str, str], list[_Hole]] = {}
         self._arrived: dict[str, float] = {s: monotonic() for s in self._sites}
         self._site_quiet: set[str] = set()
         self._stop = threading.Event()
@@ -144,18 +156,37 @@ class GapWatch:
                     continue
                 track.quiet = False
                 step = r.time - track.newest
-                if step <= 0:
-                    continue  # a redelivered duplicate or a late reading: no new span
+                if step <= 0:  # a redelivered duplicate, or a late reading
+                    if step < 0:
+                        self._fill((site, sensor), r.time)
+                    continue
                 if len(track.steps) >= 2:
                     cadence = min(track.steps)
                     if step > self.hole_factor * cadence:
-                        self._holes.setdefault(site, []).append(_Hole(
-                            sensor, track.newest, r.time, max(1, round(step / cadence) - 1),
-                            session is not None and session != track.session))
+                        self._holes.setdefault((site, sensor), []).append(_Hole(
+                            sensor, track.newest, r.time, cadence,
+                            session is not None and session != track.session, now_mono))
                         track.newest, track.session = r.time, session
                         continue  # the hole's step is not a cadence
                 track.steps.append(step)
                 track.newest, track.session = r.time, session
+
+    def _fill(self, key: tuple[str, str], t: float) -> None:
+        """A late reading at ``t``: the pending hole around it splits in two, and each
+        part stays a hole only if it is still longer than the sensor's cadence allows."""
+        holes = self._holes.get(key)
+        if not holes:
+            return
+        for i, hole in enumerate(holes):
+            if hole.start < t < hole.end:
+                parts = [_Hole(hole.sensor, a, b, hole.cadence, hole.after_reconnect,
+                               hole.found)
+                         for a, b in ((hole.start, t), (t, hole.end))
+                         if b - a > self.hole_factor * hole.cadence]
+                holes[i:i + 1] = parts
+                break
+        if not holes:
+            del self._holes[key]
 
     # -- the check thread ------------------------------------------------------------------
     def start(self) -> None:
@@ -190,7 +221,16 @@ class GapWatch:
         now_wall, now_mono = self._wall(), self._mono()
         events: list[dict[str, Any]] = []
         with self._lock:
-            holes, self._holes = self._holes, {}
+            holes: dict[str, list[_Hole]] = {}
+            for key in list(self._holes):
+                ready = [h for h in self._holes[key] if now_mono - h.found >= self._settle]
+                if ready:
+                    holes.setdefault(key[0], []).extend(ready)
+                    rest = [h for h in self._holes[key] if now_mono - h.found < self._settle]
+                    if rest:
+                        self._holes[key] = rest
+                    else:
+                        del self._holes[key]
             for site_name, found in holes.items():
                 events.append({
                     "event": "data_gap", "kind": "hole", "site": site_name,

@@ -36,11 +36,11 @@ class Clock:
 
 
 def _watch(clock: str = "data", interval_s: float = 3600.0, sessions=lambda: 1,
-           wall: Clock | None = None, mono: Clock | None = None):
+           wall: Clock | None = None, mono: Clock | None = None, settle_s: float = 0.0):
     sink, metrics = Events(), Metrics()
     watch = GapWatch([GapSite("net", interval_s, clock)], [sink], metrics,
                      sessions=sessions, wall=wall or Clock(T0 + 10 * 86400),
-                     monotonic=mono or Clock(0.0))
+                     monotonic=mono or Clock(0.0), settle_s=settle_s)
     return watch, sink, metrics
 
 
@@ -81,8 +81,27 @@ def test_one_missing_reading_shows_and_duplicates_do_not():
     assert event["missing_readings"] == 1 and not event["after_reconnect"]
 
 
+def test_readings_that_come_late_fill_the_hole_before_it_is_published():
+    mono = Clock(0.0)
+    watch, sink, _ = _watch(mono=mono, settle_s=5.0)
+    watch.observe(_readings(["a"], T0, T0 + 3000))
+    # after a reconnect: what publishers sent since comes before the broker's old queue
+    watch.observe(_readings(["a"], T0 + 6000, T0 + 6600))
+    watch.observe(_readings(["a"], T0 + 3000, T0 + 4500))  # the queue: 3000..4200
+    mono.t += 4.9
+    assert watch.check() == []  # still settling
+    mono.t += 0.2
+    [event] = watch.check()  # only 4500..5700 never came
+    assert (event["start"], event["end"], event["missing_readings"]) == (
+        "2023-11-14T23:23:20Z", "2023-11-14T23:53:20Z", 5)
+    watch.observe(_readings(["a"], T0 + 6600, T0 + 7200))
+    watch.observe(_readings(["a"], T0, T0 + 7200))  # all again: duplicates only
+    mono.t += 10
+    assert watch.check() == [] and sink.got == [event]
+
+
 def test_a_sensor_quiet_for_more_than_two_intervals_on_the_data_clock():
-    watch, sink, _ = _watch(clock="data")
+    watch, _sink, _ = _watch(clock="data")
     watch.observe(_readings(["a", "b"], T0, T0 + 3600))
     watch.observe(_readings(["a"], T0 + 3600, T0 + 3600 + 2 * 3600))  # b silent 2 h: not yet
     assert watch.check() == []
@@ -97,7 +116,7 @@ def test_a_sensor_quiet_for_more_than_two_intervals_on_the_data_clock():
 
 def test_a_whole_site_quiet_on_the_wall_clock():
     wall, mono = Clock(T0 + 3600), Clock(100.0)
-    watch, sink, metrics = _watch(clock="wall", interval_s=60.0, wall=wall, mono=mono)
+    watch, _sink, metrics = _watch(clock="wall", interval_s=60.0, wall=wall, mono=mono)
     watch.observe(_readings(["a", "b"], T0, T0 + 3600, step=10))
     mono.t += 119
     assert watch.check() == []
