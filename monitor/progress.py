@@ -64,4 +64,8 @@ def progress_bar(total: int, desc: str, unit: str, stream: TextIO | None = None)
         from tqdm import tqdm
 
         return tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True)
+    if log.level == logging.NOTSET and logging.getLogger().level <= logging.WARNING:
+        # backfill logs at WARNING by default; its progress is what the user waits for,
+        # so it shows unless they asked for less (--log-level ERROR)
+        log.setLevel(logging.INFO)
     return LogProgress(total, desc, unit)
