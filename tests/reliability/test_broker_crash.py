@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 STATUS_TOPIC = f"mmdwatch/{sc.SITE}/status"
 STEPS = 3 * 288  # three days of 5-minute readings: 864 messages of 24 readings
 OUTAGE_S = 4.0
+TAIL = 12  # messages published only after the agent is back (an hour of readings)
 
 
 @dataclass
@@ -84,9 +85,14 @@ class SessionPublisher(threading.Thread):
         self.client.loop_start()
         self.infos: list[mqtt.MQTTMessageInfo] = []
         self.sent = 0  # messages handed to paho so far
+        # the last TAIL messages wait for release(): sent once the agent is back, they
+        # reach it whatever the broker lost, so the test knows when the replay is in
+        self.released = threading.Event()
 
     def run(self) -> None:
-        for topic, payload in self.messages:
+        for i, (topic, payload) in enumerate(self.messages):
+            if i == len(self.messages) - TAIL:
+                self.released.wait(120)
             self.infos.append(self.client.publish(topic, payload, qos=1))
             self.sent += 1
             time.sleep(self.pause_s)
@@ -148,10 +154,11 @@ def _replay_through_a_crash(tmp_path: Path, broker: CrashableMosquitto
         assert agent.wait_for_log("MQTT source connected", timeout=30, after=mark), \
             agent.log_text()[-3000:]
         back_after = time.monotonic() - restarted
+        publisher.released.set()
         publisher.join(timeout=120)
         assert h.wait_for(publisher.acknowledged, timeout=120), "the publisher's replay stalled"
         last_time = float(times[-1])
-        # the last message reached the store (it was published after the restart)
+        # the last message reached the store (published once the agent was back)
         assert h.wait_for(lambda: (sc.SENSORS[0], last_time) in _stored(state), timeout=60), \
             agent.log_text()[-3000:]
         lost = sent - _stored(state)
