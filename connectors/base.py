@@ -149,5 +149,12 @@ class Sink(abc.ABC):
     def send(self, result: dict[str, Any]) -> None:
         """Deliver one result; return only once it is confirmed. Raise SinkError otherwise."""
 
+    def send_event(self, event: dict[str, Any]) -> None:
+        """Deliver one agent event (``{"event": "data_gap", "site": ..., ...}``, not a
+        result: docs/mqtt.md "Status events"). Best effort, never queued in the outbox:
+        an event describes the agent's input now, a late copy after a restart would
+        mislead. Raise SinkError when it could not be delivered. Default: sinks that have
+        no place for events ignore them."""
+
     def close(self) -> None:
         """Release resources."""

@@ -62,7 +62,8 @@ class Agent:
                  reporter: Reporter | None = None,
                  closers: Sequence[Callable[[], Any]] = (),
                  services: Sequence[Any] = (), router: SiteRouter | None = None,
-                 executor: Callable[[], Executor] | None = None, workers: int = 1) -> None:
+                 executor: Callable[[], Executor] | None = None, workers: int = 1,
+                 gaps: Any = None) -> None:
         if (stream is None) != (store is None):
             raise ValueError("a stream source needs the store it fills, and only it does")
         if not sites:
@@ -77,6 +78,7 @@ class Agent:
         self.retention = retention
         self.reporter = reporter
         self.router = router
+        self.gaps = gaps  # monitor.service.gaps.GapWatch: sees each committed batch (None: off)
         self.workers = max(1, workers)
         self._executor_factory = executor
         self._executor: Executor | None = None
@@ -135,6 +137,8 @@ class Agent:
         if self.router is not None:
             batch = self.router.route(batch)
         self.store.add(batch)
+        if self.gaps is not None:
+            self.gaps.observe(batch)
 
     def source_finished(self) -> bool:
         return self.stream is not None and self.stream.finished()

@@ -414,16 +414,14 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
     """The backfill in this process, written in time order: under the calibrated rule one
     inspection after the other (each p-value needs the history before it), under the engine
     rule ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
-    from tqdm import tqdm
-
     from monitor.fleet.backfill import MAX_BATCH
+    from monitor.progress import progress_bar
 
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
         if inspector.calibrated and times else None
     results: list[dict[str, Any]] = []
-    with tqdm(total=len(times), desc="backfill", unit="insp", file=sys.stderr, disable=False,
-              dynamic_ncols=True) as bar:
+    with progress_bar(total=len(times), desc="backfill", unit="insp") as bar:
         step = 1 if tracker is not None else MAX_BATCH
         for start in range(0, len(times), step):
             chunk = times[start:start + step]
@@ -494,18 +492,17 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any,
     """The backfill's inspections of every site on ``executor`` (``--cluster``, or several
     sites), written in time order; a ``RenewableExecutor`` replaces a local pool that
     breaks (``run_backfill``)."""
-    from tqdm import tqdm
-
     from connectors.timeutil import parse_time
     from monitor.decision.tracker import history_times
     from monitor.fleet.backfill import backfill_history, run_backfill
+    from monitor.progress import progress_bar
 
     for site in sites:
         if site.tracker is not None and site.times:
             backfill_history(site, history_times(site.inspector, site.times[0]), executor)
     results: list[dict[str, Any]] = []
-    with tqdm(total=sum(len(s.times) for s in sites), desc="backfill", unit="insp",
-              file=sys.stderr, dynamic_ncols=True) as bar:
+    with progress_bar(total=sum(len(s.times) for s in sites), desc="backfill",
+                      unit="insp") as bar:
 
         def emit(result: dict[str, Any]) -> None:
             out.write(json.dumps(result, allow_nan=False) + "\n")

@@ -6,7 +6,7 @@ and the CLI's one-shot commands build just the parts they use.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -277,12 +277,36 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     router = build_router(config, feed, metrics)
     executor, workers = build_site_executor(config, len(sites))
     site_configs = config.site_configs()
+    gaps = build_gaps(config, feed, dispatcher.sinks, metrics)
+    if gaps is not None:
+        services.append(gaps)
     return Agent(sites=sites, stream=feed.stream, store=feed.store, state=state,
-                 dispatcher=dispatcher, metrics=metrics,
+                 dispatcher=dispatcher, metrics=metrics, gaps=gaps,
                  poll=min(c.schedule.poll for c in site_configs),
                  retention=max(c.retention for c in site_configs), reporter=reporter,
                  closers=closers, services=services, router=router, executor=executor,
                  workers=workers)
+
+
+def build_gaps(config: MonitorConfig, feed: Feed, sinks: Sequence[Any],
+               metrics: Metrics) -> Any:
+    """The :class:`~monitor.service.gaps.GapWatch` of a stream source (None for a window source,
+    whose holes are the database's, or with ``gaps: {enabled: false}``)."""
+    if feed.stream is None or not config.gaps.enabled:
+        return None
+    from monitor.service.gaps import GapSite, GapWatch
+
+    names = [e.id for e in config.sites] if config.sites else [config.site]
+    sites = [GapSite(name, inspection_interval(c).total_seconds(), c.schedule.clock)
+             for name, c in zip(names, config.site_configs(), strict=True)]
+    stream = feed.stream
+
+    def sessions() -> int | None:
+        value = stream.health().get("sessions")
+        return None if value is None else int(value)
+
+    return GapWatch(sites, sinks, metrics, quiet_intervals=config.gaps.quiet_intervals,
+                    hole_factor=config.gaps.hole_factor, sessions=sessions)
 
 
 def build_sites(config: MonitorConfig, feed: Feed, state: Any,

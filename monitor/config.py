@@ -224,6 +224,16 @@ class StoreConfig(_Section):
     )
 
 
+class GapsConfig(_Section):
+    """Data gaps of a stream source (monitor/service/gaps.py, docs/mqtt.md "Status events")."""
+
+    enabled: bool = True
+    quiet_intervals: float = Field(
+        2.0, gt=0, description="a sensor or site silent this many inspection intervals = a gap")
+    hole_factor: float = Field(
+        1.5, gt=1.0, description="a step this many times a sensor's cadence = a hole")
+
+
 class OutboxConfig(_Section):
     retry_initial: Duration = timedelta(seconds=1)
     retry_max: Duration = timedelta(minutes=5)
@@ -324,6 +334,7 @@ class MonitorConfig(_Section):
     decision: DecisionConfig = Field(default_factory=DecisionConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     outbox: OutboxConfig = Field(default_factory=OutboxConfig)
+    gaps: GapsConfig = Field(default_factory=GapsConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     report_dir: Path | None = None

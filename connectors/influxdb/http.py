@@ -27,6 +27,11 @@ class InfluxUnreachable(InfluxError):
     """No HTTP answer (connection refused, DNS, TLS, timeout)."""
 
 
+class InfluxServerError(InfluxError):
+    """The server answered 5xx: it is failing, overloaded, or shutting down (influxd
+    answers ``500 write failed`` to writes that arrive while it stops)."""
+
+
 class InfluxAuthError(InfluxError):
     """Credentials missing or refused."""
 
@@ -155,6 +160,12 @@ class InfluxHttp:
         if response.status_code == 400:
             raise InfluxQueryError(f"InfluxDB rejected the {what}: {message}; check "
                                    "measurement, field, sensor_tag and retention_policy")
+        if response.status_code >= 500:
+            # Named apart from a refused connection, but as plainly: while influxd stops,
+            # the first failure is often this answer rather than a refusal.
+            raise InfluxServerError(f"InfluxDB server error at {self.config.url}: the {what} "
+                                    f"failed with HTTP {response.status_code} ({message}); "
+                                    "influxd is failing or shutting down, check its log")
         raise InfluxError(f"InfluxDB {what} failed with HTTP {response.status_code}: "
                           f"{message}")
 

@@ -1,15 +1,25 @@
 """Connection settings and a paho client shared by the MQTT source and sink.
 
-Connection failures never raise into the agent: paho's network thread retries with
-exponential backoff (``reconnect_min_s`` doubling up to ``reconnect_max_s``), and each
+Connection failures never raise into the agent: paho's network thread retries, and each
 failure is logged once per attempt with what to fix (wrong password, untrusted
 certificate, nothing listening).
+
+The waits between attempts come from :class:`ReconnectBackoff`, not from paho's own
+doubling: for the first ``reconnect_fast_s`` (60 s) of an outage every wait is
+``reconnect_min_s`` to twice that (1-2 s by default, jittered so that many clients do not
+return in step), and only then do they double up to ``reconnect_max_s``. A broker that
+crashes and is back 20 s later is found again within about 2 s; paho's plain doubling had
+grown to 16 s by then, and everything published meanwhile to a broker that had lost the
+agent's session went to nobody.
 """
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,6 +69,8 @@ class MqttConnectionConfig(BaseModel):
     keepalive_s: int = Field(30, ge=5)
     reconnect_min_s: float = Field(1.0, gt=0)
     reconnect_max_s: float = Field(60.0, gt=0)
+    # how long into an outage the waits stay at reconnect_min_s..2x (then they double)
+    reconnect_fast_s: float = Field(60.0, ge=0)
 
     @property
     def address(self) -> str:
@@ -96,14 +108,77 @@ def describe_refusal(reason: mqtt.ReasonCode, config: MqttConnectionConfig) -> s
     return f"MQTT broker {config.address} refused the connection: {text}; {fix}"
 
 
+class ReconnectBackoff:
+    """The wait before each reconnect attempt.
+
+    For the first ``fast_s`` seconds of an outage (counted from its first attempt): a
+    uniform draw in ``[min_s, 2 * min_s]`` (capped at ``max_s``), so a short broker outage
+    costs at most about ``2 * min_s`` and many agents do not reconnect in lockstep. After
+    that: doubling from ``2 * min_s`` up to ``max_s``, each wait drawn from the upper half
+    of its step ("equal jitter"), so a broker that stays away is not hammered.
+    """
+
+    def __init__(self, min_s: float, max_s: float, fast_s: float = 60.0, *,
+                 rng: Callable[[], float] = random.random,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.min_s = min_s
+        self.max_s = max(min_s, max_s)
+        self.fast_s = fast_s
+        self._rng = rng
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: float | None = None  # first attempt of the current outage
+        self._slow_steps = 0
+
+    def reset(self) -> None:
+        """Connected: the next outage starts afresh."""
+        with self._lock:
+            self._since = None
+            self._slow_steps = 0
+
+    def outage_s(self) -> float:
+        """Seconds since the current outage's first attempt (0 when connected)."""
+        with self._lock:
+            return 0.0 if self._since is None else self._clock() - self._since
+
+    def next_delay(self) -> float:
+        """The wait before the next attempt; starts the outage clock on its first call."""
+        with self._lock:
+            now = self._clock()
+            if self._since is None:
+                self._since = now
+            if now - self._since < self.fast_s:
+                return min(self.max_s, self.min_s * (1.0 + self._rng()))
+            self._slow_steps += 1
+            step = min(self.max_s, self.min_s * 2.0 ** (self._slow_steps + 1))
+            return max(self.min_s, step * (0.5 + 0.5 * self._rng()))
+
+
 class ReportingClient(mqtt.Client):
-    """A paho client that reports *why* a (re)connect attempt failed.
+    """A paho client that reports *why* a (re)connect attempt failed, and waits between
+    attempts as :class:`ReconnectBackoff` says.
 
     paho swallows the OSError of a failed attempt in its network loop and retries; we
     pass it to ``on_connect_error`` first so the log can say what to fix.
+
+    The backoff goes through paho's public ``reconnect_delay_set``: paho waits
+    ``min_delay`` before the first attempt after a reset of its delay (which that call
+    does), so setting min = max = our delay after every attempt makes paho's next wait
+    exactly ours. ``note_connected`` (called from the owner's ``on_connect``) ends the
+    outage.
     """
 
     on_connect_error: Callable[[BaseException], None] | None = None
+    backoff: ReconnectBackoff | None = None
+
+    def _arm(self, delay: float) -> None:
+        self.reconnect_delay_set(min_delay=delay, max_delay=delay)  # type: ignore[arg-type]
+
+    def note_connected(self) -> None:
+        """A CONNACK accepted the connection: the next loss waits the short delay again."""
+        if self.backoff is not None:
+            self.backoff.reset()
+            self._arm(self.backoff.min_s * (1.0 + random.random()))
 
     def reconnect(self) -> mqtt.MQTTErrorCode:
         try:
@@ -114,6 +189,11 @@ class ReportingClient(mqtt.Client):
             if isinstance(exc, ValueError):  # e.g. bad host; let paho's loop retry
                 raise OSError(str(exc)) from exc
             raise
+        finally:
+            # Whatever came of this attempt, the wait before the next one (used only if
+            # this one fails, or its session is lost again before note_connected).
+            if self.backoff is not None:
+                self._arm(self.backoff.next_delay())
 
 
 def build_client(config: MqttConnectionConfig, *, client_id: str, clean_session: bool,
@@ -126,9 +206,11 @@ def build_client(config: MqttConnectionConfig, *, client_id: str, clean_session:
         protocol=mqtt.MQTTv311,
         manual_ack=manual_ack,
     )
-    # paho doubles the delay after each failed attempt, up to max_delay.
-    client.reconnect_delay_set(min_delay=config.reconnect_min_s,  # type: ignore[arg-type]
-                               max_delay=max(config.reconnect_min_s, config.reconnect_max_s))
+    # Short jittered waits for the first minute of an outage, then doubling (see
+    # ReconnectBackoff); the first wait is armed here for a failing first connect.
+    client.backoff = ReconnectBackoff(config.reconnect_min_s, config.reconnect_max_s,
+                                      config.reconnect_fast_s)
+    client.note_connected()
     if config.username is not None:
         password = config.password.get_secret_value() if config.password else None
         client.username_pw_set(config.username, password)

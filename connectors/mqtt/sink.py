@@ -2,7 +2,8 @@
 ``<prefix>/<site>/alert`` (not retained) the results that carry an incident event (opened,
 updated, resolved), or, for results with no incident (a one-shot ``inspect``), the firing
 ones; QoS 1;
-availability with a last will.
+availability with a last will; agent events such as ``data_gap`` to ``<prefix>/<site>/status``
+(QoS 1, not retained).
 
 ``send`` returns only after the broker's PUBACK for each message, so the outbox marks a
 result delivered only when the broker has it. Results carry their ``fingerprint``:
@@ -72,10 +73,10 @@ def is_alert(result: dict[str, Any]) -> bool:
 
 
 def topics(prefix: str, site: str) -> dict[str, str]:
-    """The three topics of one site."""
+    """The topics of one site."""
     base = f"{prefix}/{site}"
     return {"state": f"{base}/state", "alert": f"{base}/alert",
-            "availability": f"{base}/availability"}
+            "availability": f"{base}/availability", "status": f"{base}/status"}
 
 
 class MqttSink(SinkBase):
@@ -124,6 +125,7 @@ class MqttSink(SinkBase):
                 log.error("%s (retrying with backoff)", self._last_error)
                 return
             self._last_error = None
+            client.note_connected()
             if agent:
                 cl.publish(availability, ONLINE, qos=1, retain=True)
             self._connected.set()
@@ -144,10 +146,11 @@ class MqttSink(SinkBase):
         client.loop_start()
         self._client = client
 
-    def send(self, result: dict[str, Any]) -> None:
-        site = result.get("site") or self._site
+    def _ready(self, message: dict[str, Any], what: str) -> tuple[mqtt.Client, str]:
+        """The connected client and the site ``message`` goes under."""
+        site = message.get("site") or self._site
         if not site:
-            raise SinkError("result has no 'site' and the MQTT sink was given none; "
+            raise SinkError(f"{what} has no 'site' and the MQTT sink was given none; "
                             "set the top-level 'site' key")
         with self._lock:
             if self._client is None:
@@ -157,12 +160,28 @@ class MqttSink(SinkBase):
                             f"{self._last_error or 'no answer yet'}; the outbox keeps the "
                             "result and retries")
         assert self._client is not None
-        names = topics(self.config.prefix, str(site))
+        return self._client, str(site)
+
+    def send(self, result: dict[str, Any]) -> None:
+        client, site = self._ready(result, "result")
+        names = topics(self.config.prefix, site)
         payload = dumps(result)
-        infos = [self._client.publish(names["state"], payload, qos=1,
-                                      retain=self.config.role == "agent")]
+        infos = [client.publish(names["state"], payload, qos=1,
+                                retain=self.config.role == "agent")]
         if is_alert(result):
-            infos.append(self._client.publish(names["alert"], payload, qos=1, retain=False))
+            infos.append(client.publish(names["alert"], payload, qos=1, retain=False))
+        self._wait(infos)
+
+    def send_event(self, event: dict[str, Any]) -> None:
+        """An agent event (``data_gap``) on ``<prefix>/<site>/status``, QoS 1, not
+        retained: a retained gap would greet every new subscriber as if it were current."""
+        if self.config.role != "agent":
+            return  # one-shot commands publish results only
+        client, site = self._ready(event, "event")
+        self._wait([client.publish(topics(self.config.prefix, site)["status"], dumps(event),
+                                   qos=1, retain=False)])
+
+    def _wait(self, infos: list[mqtt.MQTTMessageInfo]) -> None:
         deadline = time.monotonic() + self.config.publish_timeout_s
         for info in infos:
             try:

@@ -32,6 +32,7 @@ from pydantic import Field, field_validator
 from connectors.base import ConnectorError, DeliverFn, Reading, StreamSource
 from connectors.mqtt.client import (
     MqttConnectionConfig,
+    ReportingClient,
     build_client,
     describe_connect_error,
     describe_refusal,
@@ -131,6 +132,8 @@ class MqttSource(StreamSource):
         self._connect_failures = 0
         self._last_error: str | None = None
         self._deliver_failures = 0
+        self._lost_at: float | None = None  # monotonic time the connection was lost
+        self.last_outage_s: float | None = None  # lost -> connected again, the last time
 
     def __repr__(self) -> str:
         c = self.config
@@ -178,9 +181,13 @@ class MqttSource(StreamSource):
             "rejected": dict(self._rejected),
             "pending_messages": self._queue.qsize(),
             "connect_attempts": self._connect_attempts,
+            # connections accepted so far: a change tells a reader that readings after it
+            # came over a new connection (a hole there is an outage's, see monitor.service.gaps)
+            "sessions": self._session,
             "connect_failures": self._connect_failures,
             "deliver_failures": self._deliver_failures,
             "last_error": self._last_error,
+            "last_outage_s": self.last_outage_s,
         }
 
     # -- paho callbacks (network thread) ------------------------------------------------
@@ -192,13 +199,22 @@ class MqttSource(StreamSource):
             self._last_error = describe_refusal(reason, self.config)
             log.error("%s (retrying with backoff)", self._last_error)
             return
+        if isinstance(client, ReportingClient):
+            client.note_connected()
         with self._lock:
             self._session += 1
         self._connected = True
         self._last_error = None
         client.subscribe([(topic, self.config.qos) for topic in self.config.topics])
-        log.info("MQTT source connected to %s (session present: %s), subscribed to %s",
-                 self.config.address, flags.session_present, self.config.topics)
+        outage = ""
+        if self._lost_at is not None:
+            # how long the agent was away: what a broker without the session lost is
+            # whatever its publishers sent in this time (monitor.service.gaps reports the hole)
+            self.last_outage_s = time.monotonic() - self._lost_at
+            outage = f" after {self.last_outage_s:.1f}s away"
+            self._lost_at = None
+        log.info("MQTT source connected to %s%s (session present: %s), subscribed to %s",
+                 self.config.address, outage, flags.session_present, self.config.topics)
 
     def _on_connect_error(self, exc: BaseException) -> None:
         self._connect_attempts += 1
@@ -211,6 +227,8 @@ class MqttSource(StreamSource):
                        properties: object) -> None:
         was = self._connected
         self._connected = False
+        if was:
+            self._lost_at = time.monotonic()
         if not self._stop.is_set():
             self._connect_attempts += 1
             if was:

@@ -68,6 +68,7 @@ class HealthSnapshot:
     source_connected: bool | None = None
     sink_failures: Mapping[str, int] = field(default_factory=dict)
     started_at: float | None = None
+    data_gaps: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_metrics(cls, snapshot: Mapping[str, Any]) -> HealthSnapshot:
@@ -86,6 +87,7 @@ class HealthSnapshot:
             source_connected=snapshot.get("source_connected"),
             sink_failures=dict(snapshot.get("sink_failures", {})),
             started_at=snapshot.get("started_at"),
+            data_gaps=dict(snapshot.get("data_gaps", {})),
         )
 
 
@@ -185,6 +187,11 @@ def render_prometheus(snapshot: HealthSnapshot, max_outbox: int = 100) -> str:
     lines += _family(
         "mmdwatch_sink_failures_total", "counter", "Failed delivery attempts, by sink.",
         [({"sink": k}, n) for k, n in sorted(snapshot.sink_failures.items())],
+    )
+    lines += _family(
+        "mmdwatch_data_gaps_total", "counter",
+        "data_gap events (monitor.service.gaps), by kind: hole, quiet, site_quiet.",
+        [({"kind": k}, n) for k, n in sorted(snapshot.data_gaps.items())],
     )
     if snapshot.started_at is not None:
         lines += _family(

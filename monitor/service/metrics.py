@@ -34,6 +34,7 @@ class Metrics:
         self.last_success_time: float | None = None  # epoch s of the last non-error result
         self.source_connected: bool | None = None  # None: no source (e.g. one-shot inspect)
         self.sink_failures: Counter[str] = Counter()
+        self.data_gaps: Counter[str] = Counter()  # data_gap events by kind (monitor.service.gaps)
         self.started_at = time.time()
 
     # -- recording ---------------------------------------------------------------------------
@@ -72,6 +73,10 @@ class Metrics:
         with self._lock:
             self.sink_failures[sink] += 1
 
+    def data_gap(self, kind: str) -> None:
+        with self._lock:
+            self.data_gaps[kind] += 1
+
     # -- reading -----------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """A JSON-safe copy of every value."""
@@ -90,5 +95,6 @@ class Metrics:
                 "last_success_time": self.last_success_time,
                 "source_connected": self.source_connected,
                 "sink_failures": dict(self.sink_failures),
+                "data_gaps": dict(self.data_gaps),
                 "started_at": self.started_at,
             }
