@@ -1,5 +1,5 @@
 """Fleet throughput: inspections per second on Dask workers and the local pool, a 20-site
-week of hourly inspections, and the per-job costs the README's scaling model uses.
+week of hourly inspections, and the per-job costs the scaling model of docs/fleet.md uses.
 
 ``python -m bench.fleet`` (defaults as in issue 12):
 

@@ -24,7 +24,7 @@ p-value is below alpha / D; method ``alibi-ks``) and ``MMDDrift`` (its defaults:
 kernel with the median heuristic, 100 permutations; pytorch backend; detection =
 ``is_drift``, no attribution; method ``alibi-mmd``). alibi-detect is an optional extra:
 ``pip install -e '.[peers]'``; it pins numpy < 2 and pandas < 3, so install it into a venv
-of its own (README, Benchmarks). Run the peers alone with ``--methods none --peers`` (writes
+of its own (docs/engine.md, Benchmarks). Run the peers alone with ``--methods none --peers`` (writes
 ``<out>/synthetic_peers.*``), and merge the saved rows into a later engine run with
 ``--merge-peers bench/results/synthetic_peers.csv`` (same ``--seed``: same data sets).
 
@@ -65,7 +65,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PEERS = ("alibi-ks", "alibi-mmd")
 #: how to get them
 PEERS_HINT = ("alibi-detect is not installed: pip install -e '.[peers]' (it pins numpy < 2 "
-              "and pandas < 3: use a venv of its own, see README, Benchmarks)")
+              "and pandas < 3: use a venv of its own, see docs/engine.md, Benchmarks)")
 MMD_BACKENDS = ("pytorch", "tensorflow", "keops")
 
 #: one data set: (setting, rep, seed, engine methods, peers, alpha, MMDDrift backend, threads)

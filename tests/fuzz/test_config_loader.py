@@ -30,7 +30,7 @@ VALID: dict[str, Any] = {
     "sinks": [{"type": "console"}, {"type": "jsonl", "path": str(TMP / "r.jsonl")}],
 }
 # ${MQTT_PASSWORD} goes only where secrets belong: a secret pasted into, say, source.type
-# may be echoed when that key is reported wrong (see the README's Reliability section).
+# may be echoed when that key is reported wrong (see docs/reliability.md, Security).
 SECRET_PATHS = [("source", "password"), ("source", "username")]
 PATHS = [("site",), ("state_dir",), ("source",), ("source", "type"), ("source", "port"),
          ("source", "topics"), ("source", "password"), ("windows", "before"),

@@ -80,8 +80,8 @@ def test_three_sites_one_broker_only_the_leaking_site_alerts(tmp_path, mosquitto
         "source": {"type": "mqtt", **conn, "topics": ["sensors/+/gateway"],
                    "sensor_from_topic": "sensors/{site}/{sensor}",
                    "client_id": "mmdwatch-fleet"},
-        # the live profile's defaults, with 2 days of calibration history (README
-        # "Decision": the same delays on d1-d4) so the replay stays short
+        # the live profile's defaults, with 2 days of calibration history (docs/decision.md
+        # figures: the same delays on d1-d4) so the replay stays short
         "decision": {"min_history": "2d"},
         "schedule": {"clock": "data", "poll": "0.5s"},
         "sites": [
