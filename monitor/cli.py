@@ -429,7 +429,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
                 outcomes = inspector.run_many(chunk, read)
             else:
                 outcomes = [inspector.run(chunk[0], read, tracker.history_at(chunk[0]))]
-                tracker.observe(outcomes[0].result)
+                tracker.observe(outcomes[0].result, read)
             for t, outcome in zip(chunk, outcomes, strict=True):
                 result = outcome.result
                 out.write(json.dumps(result, allow_nan=False) + "\n")

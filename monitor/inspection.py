@@ -35,7 +35,7 @@ from monitor.result import (
     WindowsBlock,
     finite,
 )
-from monitor.summary import format_change, summarise
+from monitor.summary import format_change, format_deviation, summarise
 
 if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import numpy.typing as npt
@@ -293,7 +293,8 @@ class Inspector:
 
     def _sensor_rows(self, result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
-                     z: dict[str, float] | None = None) -> None:
+                     z: dict[str, float] | None = None,
+                     expected: dict[str, float] | None = None) -> None:
         """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors``."""
         z = z or {}
         order = sorted(range(len(labels)),
@@ -309,7 +310,10 @@ class Inspector:
                 mean_before=_f(mb[name]), mean_after=_f(ma[name]),
                 raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
                 z=_f(z[name], 4) if name in z else None,
-                change=format_change(_f(rb[name]), _f(ra[name]))))
+                expected_after=_f(expected[name]) if expected and name in expected else None,
+                change=(format_deviation(_f(ra[name]), _f(expected[name]))
+                        if expected and name in expected
+                        else format_change(_f(rb[name]), _f(ra[name])))))
         result.sensors = rows
         # selected sensors listed by rank
         result.selected_sensors = [s.sensor_id for s in rows if s.selected]
@@ -339,7 +343,7 @@ class Inspector:
         that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
 
-        from engine.live.residual_shift import detect
+        from engine.live.residual_shift import detect, expected_means
 
         d = self.decision
         det = detect(w.before_raw, w.after_raw, d.detector)
@@ -353,6 +357,7 @@ class Inspector:
         result.test.decision = CALIBRATED
         labels = [str(c) for c in w.before.columns]
         z = {s: float(v) for s, v in det.z.items()}
+        expected = expected_means(w.before_raw, w.after_raw, d.detector)
         evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
         if hist.size < cal.min_count:
             have = hist.size * cal.inspection_interval / timedelta(days=1)
@@ -361,7 +366,7 @@ class Inspector:
             result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
                                   "no alert until then (backfill the source's history, "
                                   "or wait)")
-            self._sensor_rows(result, w, labels, evidence, set(), z)
+            self._sensor_rows(result, w, labels, evidence, set(), z, expected)
             return
         fit = TailFit.of(hist)
         p = fit.pvalue(det.value)
@@ -371,7 +376,7 @@ class Inspector:
         result.test.p_value = _f(p, 10)
         if p >= cal.level:
             result.status = "ok"
-            self._sensor_rows(result, w, labels, evidence, set(), z)
+            self._sensor_rows(result, w, labels, evidence, set(), z, expected)
             return
         # Firing. Named: every sensor whose z**2 alone clears the alert threshold (at least
         # the strongest). The engine's CV-aggregation runs beside it on the residuals (the
@@ -379,7 +384,7 @@ class Inspector:
         # a steady small shift above a strong one that fills part of the window
         # (README "Decision"), so its scores are reported, not used to rank.
         named = {s for s in labels if z[s] ** 2 >= limit} or {max(labels, key=lambda s: abs(z[s]))}
-        self._sensor_rows(result, w, labels, evidence, named, z)
+        self._sensor_rows(result, w, labels, evidence, named, z, expected)
         rows = max(4, d.detector.local_level_rows)  # the rows the statistic compares with
         selector = self.engine.make_selector()
         sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)

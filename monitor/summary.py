@@ -40,6 +40,15 @@ def format_change(before: Any, after: Any) -> str:
     return f"{before:.{places}f} -> {after:.{places}f} ({delta:+.{places}f})"
 
 
+def format_deviation(observed: Any, expected: Any) -> str:
+    """``55.62 vs 55.91 expected (-0.29)``: the after window's mean against what the
+    sensor's hour-of-day profile expected for those hours, in the source's units."""
+    if not (_finite(observed) and _finite(expected)):
+        return f"{_num(observed, '.4g')} vs {_num(expected, '.4g')} expected"
+    places = _decimals(expected, observed) + 1  # a residual is small against the level
+    delta = round(observed - expected, places) + 0.0
+    return f"{observed:.{places}f} vs {expected:.{places}f} expected ({delta:+.{places}f})"
+
 
 def _short_time(t: datetime) -> str:
     return iso(t)[:16] + "Z"

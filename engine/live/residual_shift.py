@@ -78,35 +78,73 @@ def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.nda
         return np.where(counts > 0, sums / counts, fallback)
 
 
+def profile_table(before: pd.DataFrame, weekly: bool = True) -> np.ndarray:
+    """Each sensor's mean per profile slot in ``before``, (48, D) when ``weekly`` else
+    (24, D). A slot with no rows (a weekend slot when the window holds no weekend) falls
+    back to the hour-of-day profile, and an hour with no rows to the window mean."""
+    xb = before.to_numpy(dtype=float)
+    table = _slot_means(xb, _slots(before.index, False), 24, np.nanmean(xb, axis=0))
+    if weekly:
+        table = _slot_means(xb, _slots(before.index, True), 48, np.concatenate([table, table]))
+    return table
+
+
 def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = True
                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Readings minus the before window's profile of their slot, (n_b, D) and (n_a, D).
-
-    A slot with no before rows (a weekend slot when the before window holds no weekend)
-    falls back to the hour-of-day profile, and an hour with no rows to the window mean.
-    """
+    """Readings minus the before window's profile of their slot, (n_b, D) and (n_a, D)."""
+    table = profile_table(before, weekly)
     xb, xa = before.to_numpy(dtype=float), after.to_numpy(dtype=float)
-    table = _slot_means(xb, _slots(before.index, False), 24, np.nanmean(xb, axis=0))
-    slot_b = _slots(before.index, weekly)
-    if weekly:
-        table = _slot_means(xb, slot_b, 48, np.concatenate([table, table]))
-    return xb - table[slot_b], xa - table[_slots(after.index, weekly)]
+    return (xb - table[_slots(before.index, weekly)], xa - table[_slots(after.index, weekly)])
+
+
+def expected_means(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
+                   ) -> dict[str, float]:
+    """What each sensor's after-window mean was expected to be, in source units: the
+    before window's profile over the after window's hours, plus the sensor's residual
+    level over the last ``local_level_rows`` of the before window (the reference the
+    statistic compares with). ``{sensor: mean}``."""
+    weekly = settings.weekly_profile
+    table = profile_table(before, weekly)
+    rb = before.to_numpy(dtype=float) - table[_slots(before.index, weekly)]
+    local = max(1, min(settings.local_level_rows, len(before)))
+    level = np.nanmean(rb[-local:], axis=0)
+    values = table[_slots(after.index, weekly)].mean(axis=0) + level
+    return {str(c): float(v) for c, v in zip(before.columns, values, strict=True)}
+
+
+@dataclass(frozen=True)
+class CommonMode:
+    """What :func:`remove_common_mode` learns on the before residuals: each sensor's
+    loading on the cross-sensor median, (D,), and the principal directions, (D, modes)."""
+
+    beta: np.ndarray
+    directions: np.ndarray
+
+    @classmethod
+    def fit(cls, rb: np.ndarray, modes: int) -> CommonMode:
+        cb = np.median(rb, axis=1, keepdims=True)
+        denom = float((cb ** 2).sum())
+        beta = (rb * cb).sum(axis=0) / denom if denom > 0 else np.zeros(rb.shape[1])
+        rb = rb - cb * beta
+        directions = np.zeros((rb.shape[1], 0))
+        if modes > 0 and rb.shape[1] > modes + 1:
+            _, _, vt = np.linalg.svd(rb - rb.mean(axis=0), full_matrices=False)
+            directions = vt[:modes].T
+        return cls(beta, directions)
+
+    def apply(self, r: np.ndarray) -> np.ndarray:
+        """``r`` (n, D) with the common mode removed."""
+        r = r - np.median(r, axis=1, keepdims=True) * self.beta
+        p = self.directions
+        return r - r @ p @ p.T if p.shape[1] else r
 
 
 def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Regress the cross-sensor median out of each column, then project out the first
     ``modes`` principal directions of the before residuals (both learned on ``rb``)."""
-    cb = np.median(rb, axis=1, keepdims=True)
-    ca = np.median(ra, axis=1, keepdims=True)
-    denom = float((cb ** 2).sum())
-    beta = (rb * cb).sum(axis=0) / denom if denom > 0 else np.zeros(rb.shape[1])
-    rb, ra = rb - cb * beta, ra - ca * beta
-    if modes > 0 and rb.shape[1] > modes + 1:
-        _, _, vt = np.linalg.svd(rb - rb.mean(axis=0), full_matrices=False)
-        p = vt[:modes].T  # (D, modes)
-        rb, ra = rb - rb @ p @ p.T, ra - ra @ p @ p.T
-    return rb, ra
+    mode = CommonMode.fit(rb, modes)
+    return mode.apply(rb), mode.apply(ra)
 
 
 def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray:

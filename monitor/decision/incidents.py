@@ -1,11 +1,23 @@
-"""Incidents: consecutive firing inspections on the same change are one incident.
+"""Incidents: one change is one incident, open until the cause is fixed or accepted.
 
 A pure state machine over results, in inspection-time order. An incident opens at the
-first firing inspection, takes the sensors of its strongest firing inspection (the lowest
-p-value so far: the evidence grows as the after windows fill with the change), and
-resolves once no inspection has fired for ``resolve_after``. Each step says which event
-the result carries: ``opened``, ``updated`` (the named sensors changed), ``resolved`` or
-none. Sinks publish on events, not at every inspection (docs/result.md, "Incidents").
+first firing inspection. It names the sensors of that inspection; later firing
+inspections add sensors behind the first-named (who stay first). It carries the onset, the
+estimated time the change started, and the reference: the detector's model of the last
+normal time before the onset, frozen (:mod:`engine.live.reference`). While it is open the
+site tracker (:mod:`monitor.decision.tracker`) compares each inspection with that
+reference and says whether the named sensors are ``back`` at it. The incident resolves:
+
+* ``reason: returned``: the named sensors have been back at the frozen reference for
+  ``resolve_after`` (24 h) with no firing inspection in between; without a reference (no
+  windows to freeze), after ``resolve_after`` with no firing inspection, as before;
+* ``reason: accepted``: an operator accepted the new state (``mmdwatch ack``, or the MQTT
+  command topic); the reference moves on with the data.
+
+Each step says which event the result carries: ``opened``, ``updated`` (a new sensor
+entered the first three named, or the p-value fell tenfold since the last event),
+``resolved`` or none. Sinks publish on events, not at every inspection (docs/result.md,
+"Incidents").
 
 The agent keeps the open incident in its state database, written in the same transaction
 as the result, so a restart neither loses nor repeats an event.
@@ -25,6 +37,10 @@ class IncidentSettings:
     resolve_after: timedelta = timedelta(hours=24)
 
 
+#: the keys of the open incident kept in the state database but not put in results
+PRIVATE = ("reference", "announced_p")
+
+
 @dataclass(frozen=True)
 class Incident:
     id: str
@@ -36,8 +52,26 @@ class Incident:
     p_value: float | None = None  # the strongest (lowest) so far
     firing_inspections: int = 1
     resolved: str | None = None
+    reason: str | None = None  # on resolution: "returned" or "accepted"
+    accepted_by: str | None = None
+    onset: str | None = None  # estimated start of the change (ISO 8601 UTC)
+    onset_low: str | None = None  # its interval
+    onset_high: str | None = None
+    baseline: str | None = None  # the reference is the before window ending here
+    returned_since: str | None = None  # first inspection of the current stretch back
+    baseline_check: dict[str, dict[str, float]] | None = None  # the named sensors vs it
+    announced_p: float | None = None  # the p-value of the last opened/updated event
+    reference: dict[str, Any] | None = None  # engine.live.reference.Reference.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
+        """The incident block of a result (without the frozen reference's arrays)."""
+        out = asdict(self)
+        for key in PRIVATE:
+            out.pop(key, None)
+        return out
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything, for the state database."""
         return asdict(self)
 
     @classmethod
@@ -56,40 +90,69 @@ def _p(result: dict[str, Any]) -> float:
     return 1.0 if p is None else float(p)
 
 
-def _sensors(result: dict[str, Any], top: int = 3) -> list[str]:
+def named_sensors(result: dict[str, Any], top: int = 3) -> list[str]:
+    """The sensors a firing result names, in its order (the top ``top`` when none)."""
     named = list(result.get("selected_sensors") or [])
     if named:
         return named
     return [s["sensor_id"] for s in result.get("sensors", [])[:top]]
 
 
-def advance(current: Incident | None, result: dict[str, Any], settings: IncidentSettings
-            ) -> tuple[Incident | None, str | None, Incident | None]:
+def opened(result: dict[str, Any], **extra: Any) -> Incident:
+    """A new incident from its first firing result (``extra``: onset, reference ...)."""
+    t = result["inspection_time"]
+    return Incident(id=incident_id(result["site"], t), site=result["site"], state="open",
+                    started=t, last_firing=t, sensors=named_sensors(result),
+                    p_value=_p(result), announced_p=_p(result), **extra)
+
+
+def advance(current: Incident | None, result: dict[str, Any], settings: IncidentSettings,
+            back: bool | None = None) -> tuple[Incident | None, str | None, Incident | None]:
     """One result -> (the incident still open after it, the event, the incident the event
-    is about). Results must come in inspection-time order; ``error`` results change
-    nothing (they carry no evidence either way)."""
+    is about). Results must come in inspection-time order; ``error`` and ``incomplete``
+    results change nothing (they carry no evidence either way). ``back``: whether the
+    incident's sensors are back at its frozen reference at this result (None: no
+    reference to ask). A firing result with no incident open opens one only through
+    :func:`opened` (the tracker adds the onset and reference)."""
     status = result.get("status")
     t = result["inspection_time"]
-    if status == "firing":
-        if current is None:
-            opened = Incident(id=incident_id(result["site"], t), site=result["site"],
-                              state="open", started=t, last_firing=t,
-                              sensors=_sensors(result), p_value=_p(result))
-            return opened, "opened", opened
-        stronger = current.p_value is None or _p(result) < current.p_value
-        sensors = _sensors(result) if stronger else current.sensors
-        updated = replace(current, last_firing=t, sensors=sensors,
-                          p_value=min(_p(result), current.p_value or 1.0),
-                          firing_inspections=current.firing_inspections + 1)
-        event = "updated" if set(sensors) != set(current.sensors) else None  # not for order
-        return updated, event, updated
-    if current is None or status in ("error", "incomplete"):  # no evidence either way
+    if current is None or status in ("error", "incomplete"):
         return current, None, current
-    quiet = parse_time(t) - parse_time(current.last_firing)
-    if quiet >= settings.resolve_after:
-        closed = replace(current, state="resolved", resolved=t)
+    if status == "firing":
+        p = _p(result)
+        new = [s for s in named_sensors(result) if s not in current.sensors]
+        sensors = current.sensors + new  # the first-named stay first
+        announced = current.announced_p if current.announced_p is not None else 1.0
+        material = sensors[:3] != current.sensors[:3] or p < announced / 10
+        updated = replace(current, last_firing=t, sensors=sensors,
+                          p_value=min(p, current.p_value if current.p_value is not None
+                                      else 1.0),
+                          firing_inspections=current.firing_inspections + 1,
+                          returned_since=None,
+                          announced_p=p if material else current.announced_p)
+        return updated, "updated" if material else None, updated
+    if back is None:  # no reference: quiet for resolve_after is back
+        quiet = parse_time(t) - parse_time(current.last_firing)
+        if quiet >= settings.resolve_after:
+            closed = replace(current, state="resolved", resolved=t, reason="returned")
+            return None, "resolved", closed
+        return current, None, current
+    if not back:
+        still = replace(current, returned_since=None)
+        return still, None, still
+    since = current.returned_since or t
+    if (parse_time(t) - parse_time(since) >= settings.resolve_after
+            and parse_time(t) - parse_time(current.last_firing) >= settings.resolve_after):
+        closed = replace(current, state="resolved", resolved=t, reason="returned",
+                         returned_since=since)
         return None, "resolved", closed
-    return current, None, current
+    waiting = replace(current, returned_since=since)
+    return waiting, None, waiting
+
+
+def accept(current: Incident, t: str, by: str) -> Incident:
+    """The incident resolved by an operator at the inspection at ``t``."""
+    return replace(current, state="resolved", resolved=t, reason="accepted", accepted_by=by)
 
 
 def attach(result: dict[str, Any], event: str | None, incident: Incident | None) -> None:

@@ -1,19 +1,34 @@
 """What a site's decisions remember between inspections: the calibration history of the
-detection statistic and the open incident. In memory; the agent persists both in its state
-database with each result, ``backfill`` keeps them for one run.
+detection statistic and the open incident with its frozen reference. In memory; the agent
+persists both in its state database with each result, ``backfill`` keeps them for one run.
+
+The history holds only inspections judged normal (docs/decision.md, "Calibration
+history"): none while an incident is open or within ``local_level`` (a day) after it
+resolved, when the sliding reference still holds the change; and none whose own p-value
+is below the pre-alert level (``PRE_ALERT`` times the alert level): a change that stays
+below the alert level must not raise the threshold that would let it fire.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from connectors.timeutil import parse_time, to_utc
-from monitor.decision.incidents import Incident, IncidentSettings, advance, attach
+from connectors.timeutil import iso, parse_time, to_utc
+from monitor.decision.incidents import (
+    Incident,
+    IncidentSettings,
+    accept,
+    advance,
+    attach,
+    named_sensors,
+    opened,
+)
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector, ReadWindow
@@ -21,11 +36,24 @@ if TYPE_CHECKING:
 #: detect_many(times, read_window) -> the detection statistic at each time (None: bad data)
 DetectMany = Callable[[list[datetime], "ReadWindow"], list[float | None]]
 
+#: a value whose p-value is below PRE_ALERT x the alert level is kept out of the history
+PRE_ALERT = 5.0
+#: rows of the last day of the before window the onset scan also looks at
+ONSET_LOOKBACK_ROWS = 24
+
 log = logging.getLogger(__name__)
 
 
+class Ack(Protocol):
+    """An operator's acceptance of an incident (monitor.storage.state keeps them)."""
+
+    incident_id: str
+    by: str
+    via: str
+
+
 class SiteTracker:
-    """History of ``(inspection time, statistic)`` from non-firing inspections, and the
+    """History of ``(inspection time, statistic)`` from inspections judged normal, and the
     open incident."""
 
     def __init__(self, inspector: Inspector, incidents: IncidentSettings,
@@ -35,28 +63,157 @@ class SiteTracker:
         self.incidents = incidents
         self.history: dict[datetime, float] = dict(history)
         self.incident = incident
+        self.quarantine_until: datetime | None = None  # no history before this time
+        self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
 
     def history_at(self, t: datetime) -> np.ndarray:
         """Values whose after window ended by ``t`` and that lie within the history span."""
+        return np.array([self.history[th] for th in self._history_times(t)], dtype=float)
+
+    def _history_times(self, t: datetime) -> list[datetime]:
         after = self.inspector.spec.after
         span = self.inspector.decision.calibration.history
-        return np.array([v for th, v in self.history.items()
-                         if th + after <= t and th >= t - span], dtype=float)
+        return sorted(th for th in self.history if th + after <= t and th >= t - span)
 
-    def observe(self, result: dict[str, Any]) -> tuple[float | None, str | None]:
-        """Record one result (in time order): keep its statistic unless it fired, advance
-        the incident and attach it to ``result``. Returns (value kept, incident event)."""
+    def observe(self, result: dict[str, Any], read_window: ReadWindow | None = None,
+                acks: Sequence[Ack] = ()) -> tuple[float | None, str | None]:
+        """Record one result (in time order): keep its statistic if it is judged normal,
+        apply an operator's ack of the open incident, advance the incident (opening it
+        with its onset and frozen reference, checking it against that reference while it
+        is open) and attach it to ``result``. ``read_window``: the site's windows, for
+        the onset, the reference and the check (None: the quiet-for-a-day rule alone).
+        Returns (value kept, incident event)."""
         t = parse_time(result["inspection_time"])
+        status = result.get("status")
         detection = result.get("detection") or {}
+        self._report_history(result, t)
+        was_open = self.incident is not None
+        event, about = self._step(result, t, status, read_window, acks)
         value = detection.get("value")
         kept = None
-        if value is not None and result.get("status") != "firing":
+        if (value is not None and status in ("ok", "calibrating") and not was_open
+                and self.incident is None and event is None and self._normal(detection, t)):
             self.history[t] = float(value)
             kept = float(value)
             self._trim(t)
-        self.incident, event, about = advance(self.incident, result, self.incidents)
         attach(result, event, about)
         return kept, event
+
+    def _report_history(self, result: dict[str, Any], t: datetime) -> None:
+        """The history's size and span in the result's detection block."""
+        block = result.get("detection")
+        if not isinstance(block, dict):
+            return
+        times = self._history_times(t)
+        block["history_span"] = [iso(times[0]), iso(times[-1])] if times else None
+
+    def _normal(self, detection: dict[str, Any], t: datetime) -> bool:
+        if self.quarantine_until is not None and t < self.quarantine_until:
+            return False
+        p, level = detection.get("p_value"), detection.get("level")
+        return p is None or level is None or float(p) >= PRE_ALERT * float(level)
+
+    def _step(self, result: dict[str, Any], t: datetime, status: Any,
+              read_window: ReadWindow | None, acks: Sequence[Ack]
+              ) -> tuple[str | None, Incident | None]:
+        """The incident's move at ``result``: (event, the incident the event is about)."""
+        stamp = result["inspection_time"]
+        if self.incident is not None:
+            ack = next((a for a in acks if a.incident_id == self.incident.id), None)
+            if ack is not None:
+                closed = accept(self.incident, stamp, ack.by)
+                log.info("incident %s accepted by %s (%s) at %s", closed.id, ack.by, ack.via,
+                         stamp)
+                self._closed(closed, t)
+                return "resolved", closed
+        if status == "firing":
+            named = named_sensors(result)
+            if self.incident is None:
+                if self.accepted and set(named) <= self.accepted:
+                    return None, None  # the accepted change, still in the sliding window
+                self.incident = opened(result, **self._freeze(result, t, named, read_window))
+                return "opened", self.incident
+        elif self.accepted and status == "ok":
+            self.accepted = set()
+        back = None
+        if self.incident is not None and status == "ok" and self.incident.reference:
+            back = self._back(t, read_window)
+        before = self.incident
+        self.incident, event, about = advance(self.incident, result, self.incidents, back)
+        if before is not None and self.incident is None and about is not None:
+            self._closed(about, t)
+        return event, about
+
+    def _closed(self, incident: Incident, t: datetime) -> None:
+        """After an incident ends: the sliding reference still holds the change for a
+        day; after an ack, the same sensors may not reopen until the statistic is quiet."""
+        self.incident = None
+        self.quarantine_until = t + self.inspector.spec.resample * max(
+            1, self.inspector.decision.detector.local_level_rows)
+        if incident.reason == "accepted":
+            self.accepted = set(incident.sensors)
+
+    def _freeze(self, result: dict[str, Any], t: datetime, named: list[str],
+                read_window: ReadWindow | None) -> dict[str, Any]:
+        """The onset estimate and the frozen reference of a new incident (empty when the
+        windows cannot give them: the incident then resolves by the quiet rule)."""
+        if read_window is None:
+            return {}
+        from engine.live.onset import estimate_onset
+        from engine.live.reference import Reference
+        from engine.live.residual_shift import DetectionError, detect
+        from monitor.windows import WindowError
+
+        inspector = self.inspector
+        try:
+            w = inspector._windows(t, read_window)
+            det = detect(w.before_raw, w.after_raw, inspector.decision.detector)
+        except (WindowError, DetectionError) as exc:
+            log.warning("incident at %s: no onset or reference (%s)", iso(t), exc)
+            return {}
+        cols = [c for c in named if c in det.z.index] or [str(det.z.abs().idxmax())]
+        residuals = pd.concat([det.before_residuals.iloc[-ONSET_LOOKBACK_ROWS:],
+                               det.after_residuals])[cols]
+        onset = estimate_onset(residuals.to_numpy(), np.sign(det.z[cols].to_numpy()))
+        times = residuals.index
+        extra: dict[str, Any] = {
+            "onset": iso(times[onset.index].to_pydatetime()),
+            "onset_low": iso(times[onset.low].to_pydatetime()),
+            "onset_high": iso(times[onset.high].to_pydatetime())}
+        raw = pd.concat([w.before_raw, w.after_raw])
+        normal = raw[raw.index < times[onset.low]].iloc[-len(w.before_raw):]
+        try:
+            ref = Reference.fit(normal, len(w.after_raw), inspector.decision.detector)
+        except DetectionError as exc:
+            log.warning("incident at %s: no frozen reference (%s)", iso(t), exc)
+            return extra
+        extra["baseline"] = iso(times[onset.low].to_pydatetime())
+        extra["reference"] = ref.to_dict()
+        log.info("incident at %s: onset %s (%s .. %s, %s scan), reference frozen at %s",
+                 iso(t), extra["onset"], extra["onset_low"], extra["onset_high"], onset.kind,
+                 extra["baseline"])
+        return extra
+
+    def _back(self, t: datetime, read_window: ReadWindow | None) -> bool | None:
+        """Whether the open incident's sensors are back at its frozen reference at ``t``
+        (None when the window cannot tell); records the check on the incident."""
+        from engine.live.reference import Reference
+        from engine.live.residual_shift import DetectionError
+        from monitor.windows import WindowError
+
+        assert self.incident is not None and self.incident.reference is not None
+        if read_window is None:
+            return None
+        try:
+            w = self.inspector._windows(t, read_window)
+            check = Reference.from_dict(self.incident.reference).compare(w.after_raw)
+        except (WindowError, DetectionError) as exc:
+            log.warning("incident %s: no check against its reference at %s (%s)",
+                        self.incident.id, iso(t), exc)
+            return None
+        self.incident = replace(self.incident,
+                                baseline_check=check.by_sensor(self.incident.sensors))
+        return not check.changed(self.incident.sensors)
 
     def _trim(self, t: datetime) -> None:
         horizon = t - self.inspector.decision.calibration.history - timedelta(days=1)

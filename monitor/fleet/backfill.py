@@ -397,7 +397,7 @@ class _Backfill:
             while self.observed[k] in self.done[k]:
                 result = self.done[k].pop(self.observed[k])
                 if s.tracker is not None:
-                    s.tracker.observe(result)
+                    s.tracker.observe(result, s.read_window)
                 self.ready_out[k][self.observed[k]] = result
                 self.observed[k] += 1
         while self.emitted < len(self.order):  # emit in global time order

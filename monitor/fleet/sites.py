@@ -283,12 +283,24 @@ class SiteRunner:
         if self.tracker is None:
             self.state.commit_inspection(t.timestamp(), result)
             return None
-        kept, event = self.tracker.observe(result)
+        acks = self._pending_acks()
+        kept, event = self.tracker.observe(result, self.read_window, acks)
         incident = self.tracker.incident
         self.state.commit_inspection(t.timestamp(), result, statistic=kept,
                                      incident=None if incident is None
-                                     else incident.to_dict())
+                                     else incident.to_state())
+        block = result.get("incident") or {}
+        if block.get("reason") == "accepted":
+            for ack in acks:
+                if ack.incident_id == block.get("id"):
+                    self.state.mark_ack_applied(ack.id, t.timestamp())  # type: ignore[attr-defined]
         return event
+
+    def _pending_acks(self) -> list[Any]:
+        """Operators' acks not yet applied (``mmdwatch ack``, the MQTT command topic)."""
+        pending = getattr(self.state, "pending_acks", None)
+        return list(pending()) if pending is not None and self.tracker is not None \
+            and self.tracker.incident is not None else []
 
     def prune_history(self, last: float) -> None:
         """Drop calibration history older than its span behind ``last`` (epoch s)."""

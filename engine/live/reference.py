@@ -1,0 +1,195 @@
+"""A frozen reference: the live statistic's model of "normal", remembered while an incident
+is open, so that a change that stays is still seen a day later (pure NumPy, no state).
+
+The sliding statistic (:mod:`engine.live.residual_shift`) compares each after window with
+the last day of its own before window. A day after a leak starts, the leak is inside that
+reference and ``z`` fades to 0, although nothing was repaired. :class:`Reference` keeps
+what the detector learned on the before window that ended at the last normal time (the
+hour-of-day profile, the scale, the common mode, the level of the last day and the
+spread of the comparison) and :meth:`Reference.compare` measures later windows against
+it:
+
+* ``z`` per sensor: (mean residual of the window - the frozen level) / the frozen spread,
+  as the sliding statistic, but against the frozen level;
+* ``energy_z`` per sensor: the log of the window's residual variance over its frozen
+  typical value, divided by that log-ratio's spread over the reference's own windows. A
+  stuck sensor (its daily cycle is gone), extra noise or a changed cycle raise it at an
+  unchanged mean.
+
+A sensor is back at the reference when ``|z|`` and ``energy_z`` are both below
+``return_z`` (3 by default: about 1 in 370 on normal data for each).
+
+Example::
+
+    >>> import numpy as np, pandas as pd
+    >>> idx = pd.date_range("2024-01-01", periods=8 * 24, freq="h")
+    >>> rng = np.random.default_rng(0)
+    >>> cycle = np.sin(2 * np.pi * idx.hour.to_numpy() / 24)[:, None]
+    >>> x = pd.DataFrame(cycle + 0.1 * rng.standard_normal((len(idx), 8)), index=idx,
+    ...                  columns=list("abcdefgh"))
+    >>> ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
+    >>> later = x.iloc[170:186].copy()
+    >>> ref.compare(later).changed(list("abcdefgh"))
+    False
+    >>> later["a"] = later["a"] - 1.0  # sensor a drops by 10 noise sd
+    >>> check = ref.compare(later)
+    >>> check.changed(["a"]), check.columns[int(np.argmax(np.abs(check.z)))]
+    (True, 'a')
+
+Shapes: ``before`` (n_b, D) and the windows to compare (n_a, D), hourly rows in time order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from engine.live.residual_shift import (
+    CommonMode,
+    DetectionError,
+    DetectorSettings,
+    _slots,
+    profile_table,
+)
+
+#: |z| and |energy_z| below this: the sensor is back at its reference
+RETURN_Z = 3.0
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """One window against the reference: per sensor ``z`` and ``energy_z``, (D,)."""
+
+    columns: list[str]
+    z: np.ndarray
+    energy_z: np.ndarray
+
+    def changed(self, sensors: list[str], return_z: float = RETURN_Z) -> bool:
+        """True while any of ``sensors`` is still away from the reference."""
+        index = {c: i for i, c in enumerate(self.columns)}
+        for s in sensors:
+            i = index.get(s)
+            # energy one-sided: a window can be calm by chance, a stuck or noisy sensor
+            # (or a changed cycle) only raises the residual variance
+            if i is not None and (abs(self.z[i]) >= return_z
+                                  or self.energy_z[i] >= return_z):
+                return True
+        return False
+
+    def by_sensor(self, sensors: list[str]) -> dict[str, dict[str, float]]:
+        """``{sensor: {"z": .., "energy_z": ..}}`` for ``sensors`` (rounded for results)."""
+        index = {c: i for i, c in enumerate(self.columns)}
+        return {s: {"z": round(float(self.z[index[s]]), 3),
+                    "energy_z": round(float(self.energy_z[index[s]]), 3)}
+                for s in sensors if s in index}
+
+
+def _window_stats(r: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of every ``n``-row window of ``r`` (k, D) each, in one pass."""
+    zero = np.zeros((1, r.shape[1]))
+    c1 = np.concatenate([zero, np.cumsum(r, axis=0)])
+    c2 = np.concatenate([zero, np.cumsum(r ** 2, axis=0)])
+    mean = (c1[n:] - c1[:-n]) / n
+    var = np.maximum((c2[n:] - c2[:-n]) / n - mean ** 2, 0.0)
+    return mean, var
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What the detector learned on one before window, frozen. Arrays are per sensor
+    (D,) unless noted; ``table`` is the profile, (48, D) weekly or (24, D)."""
+
+    columns: list[str]
+    weekly: bool
+    table: np.ndarray
+    scale: np.ndarray
+    common: CommonMode
+    level: np.ndarray  # mean scaled residual of the last ``local_level_rows`` rows
+    spread: np.ndarray  # spread of (window mean - level) inside the before window
+    log_energy: np.ndarray  # mean log residual variance of after-sized windows
+    energy_spread: np.ndarray  # spread of that log variance
+
+    @classmethod
+    def fit(cls, before: pd.DataFrame, after_rows: int, settings: DetectorSettings
+            ) -> Reference:
+        """Learn the reference on ``before`` for later windows of ``after_rows`` rows."""
+        n_b, n_a = len(before), max(2, int(after_rows))
+        if n_b < 2 * n_a + 2:
+            raise DetectionError(f"a reference needs more than {2 * n_a + 1} rows of normal "
+                                 f"data, got {n_b}; lengthen windows.before")
+        table = profile_table(before, settings.weekly_profile)
+        slots = _slots(before.index, settings.weekly_profile)
+        rb = before.to_numpy(dtype=float) - table[slots]
+        # Cross-fitted: each row's residual as if its slot's mean had been learned without
+        # it (x - mean_{-i} = n / (n - 1) (x - mean)), so that the frozen spreads describe
+        # the out-of-sample residuals of later windows, not the smaller in-sample ones.
+        counts = np.bincount(slots, minlength=table.shape[0])[slots].astype(float)
+        rb = rb * np.where(counts > 1, counts / np.maximum(counts - 1, 1), 2.0)[:, None]
+        scale = rb.std(axis=0)
+        scale = np.where(scale > 1e-12, scale, 1.0)
+        common = CommonMode.fit(rb / scale, settings.common_modes)
+        rb = common.apply(rb / scale)
+        local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
+        level = rb[-local:].mean(axis=0)
+        means, variances = _window_stats(rb, n_a)
+        _, local_means = means, _window_stats(rb, local)[0]
+        k = n_b - local - n_a + 1
+        null = means[local:local + k] - local_means[:k]
+        spread = np.sqrt(np.mean(null ** 2, axis=0))
+        log_var = np.log(np.maximum(variances, 1e-12))
+        return cls(columns=[str(c) for c in before.columns], weekly=settings.weekly_profile,
+                   table=table, scale=scale, common=common, level=level,
+                   spread=np.where(spread > 1e-12, spread, np.inf),
+                   log_energy=log_var.mean(axis=0),
+                   energy_spread=np.maximum(log_var.std(axis=0), 1e-6))
+
+    def residuals(self, window: pd.DataFrame) -> np.ndarray:
+        """``window`` (n, D) as scaled residuals against the frozen profile and mode."""
+        missing = [c for c in self.columns if c not in window.columns]
+        if missing:
+            raise DetectionError(f"the window lacks sensors of the reference: {missing[:5]}")
+        x = window[self.columns].to_numpy(dtype=float)
+        r = (x - self.table[_slots(window.index, self.weekly)]) / self.scale
+        return self.common.apply(r)
+
+    def compare(self, window: pd.DataFrame) -> ReferenceCheck:
+        """``window`` (n_a, D) against the reference."""
+        r = self.residuals(window)
+        if r.shape[0] < 2:
+            raise DetectionError("a window of at least 2 rows is needed to compare")
+        z = (r.mean(axis=0) - self.level) / self.spread
+        log_var = np.log(np.maximum(r.var(axis=0), 1e-12))
+        energy_z = (log_var - self.log_energy) / self.energy_spread
+        return ReferenceCheck(self.columns, np.nan_to_num(z), np.nan_to_num(energy_z))
+
+    def expected(self, window: pd.DataFrame) -> pd.Series:
+        """Each sensor's mean over ``window``'s rows as the frozen profile expects it, in
+        source units (the profile of each row's slot, plus the frozen level)."""
+        slots = _slots(window.index, self.weekly)
+        return pd.Series(self.table[slots].mean(axis=0), index=self.columns)
+
+    # -- persistence: plain JSON for the state database ---------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": self.columns, "weekly": self.weekly,
+                "table": self.table.tolist(), "scale": self.scale.tolist(),
+                "beta": self.common.beta.tolist(),
+                "directions": self.common.directions.tolist(),
+                "level": self.level.tolist(),
+                "spread": [None if not np.isfinite(v) else float(v) for v in self.spread],
+                "log_energy": self.log_energy.tolist(),
+                "energy_spread": self.energy_spread.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reference:
+        d = len(data["columns"])
+        directions = np.asarray(data["directions"], dtype=float).reshape(d, -1)
+        spread = np.array([np.inf if v is None else v for v in data["spread"]], dtype=float)
+        return cls(columns=list(data["columns"]), weekly=bool(data["weekly"]),
+                   table=np.asarray(data["table"], dtype=float),
+                   scale=np.asarray(data["scale"], dtype=float),
+                   common=CommonMode(np.asarray(data["beta"], dtype=float), directions),
+                   level=np.asarray(data["level"], dtype=float), spread=spread,
+                   log_energy=np.asarray(data["log_energy"], dtype=float),
+                   energy_spread=np.asarray(data["energy_spread"], dtype=float))

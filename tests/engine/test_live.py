@@ -1,0 +1,90 @@
+"""engine.live: the onset scan and the frozen reference (and their docstring examples)."""
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import engine.live.onset
+import engine.live.reference
+import engine.live.residual_shift
+from engine.live.onset import estimate_onset, mean_shift_scan
+from engine.live.reference import Reference
+from engine.live.residual_shift import DetectionError, DetectorSettings
+
+
+@pytest.mark.parametrize("module", [engine.live.onset, engine.live.reference,
+                                    engine.live.residual_shift])
+def test_docstring_examples_run(module) -> None:
+    failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert failed == 0
+    assert tried > 0 or module is engine.live.residual_shift
+
+
+def _network(days: int = 9, sensors: int = 8, seed: int = 0) -> pd.DataFrame:
+    idx = pd.date_range("2024-01-01", periods=days * 24, freq="h")
+    rng = np.random.default_rng(seed)
+    cycle = np.sin(2 * np.pi * idx.hour.to_numpy() / 24)[:, None] * rng.uniform(0.5, 1.5, sensors)
+    return pd.DataFrame(40 + cycle + 0.05 * rng.standard_normal((len(idx), sensors)),
+                        index=idx, columns=[f"s{i}" for i in range(sensors)])
+
+
+@pytest.mark.parametrize("at", [5, 17, 30])
+def test_onset_of_a_step_is_found_within_an_hour(at: int) -> None:
+    rng = np.random.default_rng(at)
+    r = rng.standard_normal((40, 3))
+    r[at:, :2] -= 1.5
+    est = estimate_onset(r[:, :2], sign=np.array([-1.0, -1.0]))
+    assert abs(est.index - at) <= 1
+    assert est.low <= at <= est.high
+    assert est.kind == "level"
+
+
+def test_onset_of_a_stuck_sensor_comes_from_the_spread_scan() -> None:
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal(40)
+    r[22:] = 0.01 * rng.standard_normal(18)  # stuck: the residual loses its variance
+    est = estimate_onset(r[:, None])
+    assert est.kind == "spread"
+    assert abs(est.index - 22) <= 2
+
+
+def test_scan_is_zero_where_a_segment_is_too_short() -> None:
+    stat = mean_shift_scan(np.arange(10.0), min_segment=3)
+    assert (stat[:3] == 0).all() and (stat[8:] == 0).all() and stat[3:8].min() > 0
+
+
+def test_reference_sees_a_change_that_stays_and_not_normal_days() -> None:
+    x = _network(days=12)
+    ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
+    normal = [ref.compare(x.iloc[s:s + 16]) for s in range(168, 12 * 24 - 16, 8)]
+    assert not any(c.changed(["s0", "s1"]) for c in normal)
+    drop = x.iloc[240:256].copy()
+    drop["s0"] -= 0.5  # ten noise sd, two days after the reference
+    assert ref.compare(drop).changed(["s0"])
+    stuck = x.iloc[240:256].copy()
+    stuck["s1"] = float(x["s1"].iloc[:168].mean())  # stuck at its mean: the cycle is gone
+    check = ref.compare(stuck)
+    assert check.changed(["s1"]) and check.energy_z[1] > 3
+
+
+def test_reference_round_trips_through_json() -> None:
+    import json
+
+    x = _network()
+    ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
+    again = Reference.from_dict(json.loads(json.dumps(ref.to_dict())))
+    a, b = ref.compare(x.iloc[180:196]), again.compare(x.iloc[180:196])
+    np.testing.assert_allclose(a.z, b.z)
+    np.testing.assert_allclose(a.energy_z, b.energy_z)
+
+
+def test_reference_needs_enough_rows_and_its_sensors() -> None:
+    x = _network()
+    with pytest.raises(DetectionError, match="lengthen windows.before"):
+        Reference.fit(x.iloc[:20], after_rows=16, settings=DetectorSettings())
+    ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
+    with pytest.raises(DetectionError, match="lacks sensors"):
+        ref.compare(x.iloc[170:186].drop(columns=["s3"]))
