@@ -112,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="validate a config; exit 2 if anything is wrong")
     p.add_argument("--config", type=Path, required=True, metavar="FILE")
+
+    p = sub.add_parser("ack", help="accept an open incident's new state: the running agent "
+                       "resolves it (reason accepted) at its next inspection")
+    p.add_argument("incident", metavar="INCIDENT-ID",
+                   help="the open incident's id (the result's incident.id)")
+    p.add_argument("--config", type=Path, required=True, metavar="FILE",
+                   help="the agent's config (its state_dir holds the incident)")
+    p.add_argument("--by", metavar="NAME", help="who accepts it (default: the OS user)")
+    p.add_argument("--note", default="", metavar="TEXT", help="why, for the record")
     return parser
 
 
@@ -538,6 +547,44 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name, no passwd entry (some containers)
+        import os
+
+        return f"uid {os.getuid()}"
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Store an operator's ack of an open incident in the agent's state database."""
+    from monitor.config import load_config
+    from monitor.storage.acks import AckRejected, record_ack
+    from monitor.storage.state import AgentState
+
+    config = load_config(args.config)
+    path = Path(config.state_dir) / "state.sqlite"
+    if not path.exists():  # never create an empty state: the agent has not run here
+        raise BadInput(f"no agent state at {path}: the agent of {args.config} has not run "
+                       "there yet, so no incident is open; check --config (its state_dir)")
+    by = (args.by or "").strip() or _os_user()
+    state = AgentState(path)
+    try:
+        ack_id, site = record_ack(state, args.incident, by=by, via="cli", note=args.note,
+                                  any_site=True)
+    except AckRejected as exc:
+        raise BadInput(f"{exc} (see the agent's results or MQTT alerts for incident ids)"
+                       ) from None
+    finally:
+        state.close()
+    where = "" if site is None else f" (site {site})"
+    print(f"ack {ack_id}: incident {args.incident}{where} accepted by {by}; the running "
+          "agent resolves it at its next inspection (reason: accepted)")
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -569,7 +616,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"demo": cmd_demo, "run": cmd_run, "inspect": cmd_inspect,
-            "backfill": cmd_backfill, "check-config": cmd_check_config}
+            "backfill": cmd_backfill, "check-config": cmd_check_config, "ack": cmd_ack}
 
 
 def main(argv: list[str] | None = None) -> int:

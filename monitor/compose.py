@@ -217,6 +217,47 @@ def build_publisher(config: MonitorConfig) -> Publisher:
     return publisher
 
 
+def build_commands(config: MonitorConfig, state: Any) -> list[Any]:
+    """One MQTT command listener per MQTT sink whose ``commands.ack`` is on (none by
+    default): it subscribes to ``<prefix>/<site>/ack`` for each site of the agent and
+    stores each ack whose incident is open in ``state`` (``AgentState``) with via
+    ``mqtt`` (:func:`monitor.storage.acks.record_ack`); the agent applies it at the site's
+    next inspection. Started and stopped with the agent's services."""
+    listeners: list[Any] = []
+    sites = [entry.id for entry in config.sites] if config.sites else [config.site]
+    for c in config.sinks:
+        commands = getattr(c, "commands", None)
+        if commands is None or not commands.ack:
+            continue
+        from connectors.mqtt.commands import MqttCommandListener
+
+        client_id = f"{c.client_id or 'mmdwatch-sink-' + (c.site or _sink_site(config))}" \
+                    "-commands"
+        listeners.append(MqttCommandListener(c, prefix=c.prefix, sites=sites,
+                                             on_ack=ack_handler(state, bool(config.sites)),
+                                             client_id=client_id))
+    return listeners
+
+
+def ack_handler(state: Any, multi_site: bool) -> Callable[[Any], int]:
+    """The callback of an MQTT command listener: the ack (``AckCommand``) of an open
+    incident of its topic's site is stored (a single-site agent's under site None); any
+    other is refused (``CommandRejected``, logged by the listener with the open ids)."""
+    from connectors.mqtt.commands import CommandRejected
+    from monitor.storage.acks import AckRejected, record_ack
+
+    def handle(command: Any) -> int:
+        try:
+            ack_id, _ = record_ack(state, command.incident, by=command.who, via="mqtt",
+                                   site=command.site if multi_site else None,
+                                   note=command.note)
+        except AckRejected as exc:
+            raise CommandRejected(str(exc)) from None
+        return ack_id
+
+    return handle
+
+
 def build_reporter(report_dir: Path, sensors_file: Path | None = None,
                    links_file: Path | None = None) -> Any:
     """A callable that writes one inspection's report folder (monitor.report, imported on
@@ -274,6 +315,7 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
         from monitor.service.health import HealthServer
 
         services.append(HealthServer.for_metrics(metrics, config.health))
+    services.extend(build_commands(config, state))  # MQTT acks (off unless configured)
     router = build_router(config, feed, metrics)
     executor, workers = build_site_executor(config, len(sites))
     site_configs = config.site_configs()

@@ -197,13 +197,16 @@ class ReportingClient(mqtt.Client):
 
 
 def build_client(config: MqttConnectionConfig, *, client_id: str, clean_session: bool,
-                 manual_ack: bool, logger: logging.Logger) -> ReportingClient:
-    """A configured (not yet connected) paho 2.x client."""
+                 manual_ack: bool, logger: logging.Logger,
+                 protocol: mqtt.MQTTProtocolVersion = mqtt.MQTTv311) -> ReportingClient:
+    """A configured (not yet connected) paho 2.x client. ``protocol`` MQTTv311 (default)
+    or MQTTv5; under MQTT 5 ``clean_session`` is not a client setting: pass ``clean_start``
+    and the session expiry to ``connect_async`` instead."""
     client = ReportingClient(
         mqtt.CallbackAPIVersion.VERSION2,
         client_id=client_id,
-        clean_session=clean_session,
-        protocol=mqtt.MQTTv311,
+        clean_session=None if protocol == mqtt.MQTTv5 else clean_session,
+        protocol=protocol,
         manual_ack=manual_ack,
     )
     # Short jittered waits for the first minute of an outage, then doubling (see

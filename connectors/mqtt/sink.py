@@ -35,6 +35,7 @@ from connectors.mqtt.client import (
     describe_connect_error,
     describe_refusal,
 )
+from connectors.mqtt.commands import MqttCommandsConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class MqttSinkConfig(MqttConnectionConfig):
     # agent: availability + last will, `state` retained. publisher: results only (set by
     # the one-shot --publish commands; see the module docstring).
     role: Literal["agent", "publisher"] = "agent"
+    # command topics the agent subscribes to on this broker (docs/mqtt.md, "Acks"); off
+    # by default. Used by the agent only (monitor.compose.build_commands), never by --publish.
+    commands: MqttCommandsConfig = Field(default_factory=MqttCommandsConfig)
 
     @field_validator("prefix")
     @classmethod

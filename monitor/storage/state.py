@@ -18,6 +18,11 @@ runs again and produces the same fingerprint).
   ``backfill --publish``) put in the outbox. They never touch the ledger, so a backfill
   does not move the agent's schedule or calibration history; :meth:`AgentState.publish`
   skips a fingerprint found here or in ``done``, so a rerun publishes nothing twice.
+* ``acks``: operators' acceptances of an open incident (``mmdwatch ack``, the MQTT topic
+  ``<prefix>/<site>/ack``), one row each: who, through what, when, and once the agent has
+  applied it, when and at which inspection. ``site`` is NULL for a single-site agent and
+  the site id in a multi-site one. Written by other processes (the CLI) while the agent
+  runs: WAL mode and the busy timeout make that safe.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +74,22 @@ CREATE TABLE IF NOT EXISTS site_history (
     statistic REAL NOT NULL,
     PRIMARY KEY (site, inspection_time)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS acks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    site TEXT,
+    incident_id TEXT NOT NULL,
+    requested_at REAL NOT NULL,
+    by TEXT NOT NULL,
+    via TEXT NOT NULL,
+    note TEXT NOT NULL DEFAULT '',
+    applied_at REAL,
+    applied_result REAL
+);
+CREATE INDEX IF NOT EXISTS acks_pending ON acks(site, applied_at);
 """
+
+#: How an ack reached the agent (``acks.via``).
+ACK_VIA = ("cli", "mqtt")
 
 
 class StateError(Exception):
@@ -81,6 +102,25 @@ class OutboxEntry:
     inspection_time: float
     result: dict[str, Any]
     delivered: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An operator's acceptance of an open incident's new state, not yet applied: the
+    agent resolves the incident with ``reason: accepted`` at its next inspection and then
+    marks the ack applied (:meth:`AgentState.mark_ack_applied`)."""
+
+    id: int
+    incident_id: str
+    by: str  # a user name (CLI), or the payload's ``by`` plus the MQTT client (MQTT)
+    via: str  # "cli" or "mqtt"
+    note: str
+    requested_at: float  # epoch seconds
+
+
+def _site_key(site: str | None) -> str | None:
+    """The ``acks.site`` value: NULL for a single-site agent ('' counts as none)."""
+    return site or None
 
 
 class AgentState:
@@ -156,13 +196,16 @@ class AgentState:
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
                           incident: dict[str, Any] | None | bool = False,
-                          site: str | None = None) -> None:
+                          site: str | None = None,
+                          applied_acks: Sequence[int] = ()) -> None:
         """Mark inspection ``t`` done and queue its result, atomically. Idempotent: a result
         already queued (same fingerprint) keeps its delivery state.
 
-        In the same transaction: ``statistic`` joins the calibration history, and
+        In the same transaction: ``statistic`` joins the calibration history,
         ``incident`` (a dict, or None for "no open incident"; False leaves it as it is)
-        becomes the open incident. ``site``: the site of a multi-site agent (its own
+        becomes the open incident, and the acks ``applied_acks`` are marked applied at
+        ``t`` (as :meth:`mark_ack_applied`), so an ack is used up exactly when the result
+        that applied it is recorded. ``site``: the site of a multi-site agent (its own
         ledger rows), None for a single-site agent."""
         fp = result["fingerprint"]
         payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
@@ -189,6 +232,8 @@ class AgentState:
             elif incident is not False:
                 c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
                           "DO UPDATE SET value = excluded.value", (key, json.dumps(incident)))
+            if applied_acks:
+                self._mark_applied(c, applied_acks, t, now)
 
         self._tx(write)
 
@@ -263,6 +308,66 @@ class AgentState:
     def open_incident(self, site: str | None = None) -> dict[str, Any] | None:
         raw = self.get_meta("incident" if site is None else f"incident:{site}")
         return None if raw is None else json.loads(raw)
+
+    def open_incidents(self) -> list[tuple[str | None, dict[str, Any]]]:
+        """Every site's open incident as ``(site, incident dict)``: site None for a
+        single-site agent's (meta key ``incident``), the site id for ``incident:<site>``;
+        in key order."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT key, value FROM meta WHERE key = 'incident' OR key LIKE 'incident:%' "
+                "ORDER BY key").fetchall()
+        out: list[tuple[str | None, dict[str, Any]]] = []
+        for key, value in rows:
+            site = None if key == "incident" else key[len("incident:"):]
+            out.append((site, json.loads(value)))
+        return out
+
+    # -- acks -----------------------------------------------------------------------------
+    def add_ack(self, incident_id: str, *, by: str, via: str, site: str | None = None,
+                note: str = "", at: float | None = None) -> int:
+        """Store an operator's acceptance of incident ``incident_id`` (of ``site``; None
+        or '' for a single-site agent), requested at ``at`` (epoch s; default now).
+        Returns its id. Whether the incident is open is the caller's check
+        (:func:`monitor.storage.acks.record_ack`); the agent applies pending acks at its
+        next inspection."""
+        if via not in ACK_VIA:
+            raise ValueError(f"ack via {via!r}: must be one of {', '.join(ACK_VIA)}")
+        if not incident_id:
+            raise ValueError("ack: incident_id must not be empty; give the incident's id")
+        requested = time.time() if at is None else float(at)
+
+        def write(c: sqlite3.Connection) -> int:
+            cur = c.execute("INSERT INTO acks(site, incident_id, requested_at, by, via, note) "
+                            "VALUES (?, ?, ?, ?, ?, ?)",
+                            (_site_key(site), incident_id, requested, by, via, note))
+            assert cur.lastrowid is not None
+            return int(cur.lastrowid)
+
+        return int(self._tx(write))
+
+    def pending_acks(self, site: str | None = None) -> list[Ack]:
+        """The acks of ``site`` (None or '': a single-site agent's) not applied yet, oldest
+        first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, incident_id, by, via, note, requested_at FROM acks "
+                "WHERE site IS ? AND applied_at IS NULL ORDER BY requested_at, id",
+                (_site_key(site),)).fetchall()
+        return [Ack(int(i), inc, by, via, note, float(at)) for i, inc, by, via, note, at
+                in rows]
+
+    def mark_ack_applied(self, ack_id: int, t: float) -> None:
+        """Record that ack ``ack_id`` was applied by the inspection at ``t`` (epoch s);
+        it leaves :meth:`pending_acks`. An ack already applied keeps its first record."""
+        self._tx(lambda c: self._mark_applied(c, [ack_id], t, time.time()))
+
+    @staticmethod
+    def _mark_applied(c: sqlite3.Connection, ack_ids: Sequence[int], t: float,
+                      now: float) -> None:
+        c.executemany("UPDATE acks SET applied_at = ?, applied_result = ? "
+                      "WHERE id = ? AND applied_at IS NULL",
+                      [(now, t, int(i)) for i in ack_ids])
 
     # -- outbox -------------------------------------------------------------------------------
     def pending(self, sink: str | None = None, limit: int = 100) -> list[OutboxEntry]:
@@ -346,9 +451,10 @@ class SiteState:
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
-                          incident: dict[str, Any] | None | bool = False) -> None:
+                          incident: dict[str, Any] | None | bool = False,
+                          applied_acks: Sequence[int] = ()) -> None:
         self.state.commit_inspection(t, result, statistic=statistic, incident=incident,
-                                     site=self.site)
+                                     site=self.site, applied_acks=applied_acks)
 
     def add_history(self, values: list[tuple[float, float]]) -> None:
         self.state.add_history(values, self.site)
@@ -361,6 +467,17 @@ class SiteState:
 
     def open_incident(self) -> dict[str, Any] | None:
         return self.state.open_incident(self.site)
+
+    def add_ack(self, incident_id: str, *, by: str, via: str, note: str = "",
+                at: float | None = None) -> int:
+        return self.state.add_ack(incident_id, by=by, via=via, site=self.site, note=note,
+                                  at=at)
+
+    def pending_acks(self) -> list[Ack]:
+        return self.state.pending_acks(self.site)
+
+    def mark_ack_applied(self, ack_id: int, t: float) -> None:
+        self.state.mark_ack_applied(ack_id, t)
 
     def outbox_size(self) -> int:
         return self.state.outbox_size()

@@ -31,7 +31,7 @@ def test_help_does_not_import_heavy_modules():
                          cwd=ROOT, timeout=60, check=False)
     assert out.returncode == 0
     assert out.stdout.strip().splitlines()[-1] == "[]"
-    for command in ("demo", "run", "inspect", "backfill", "check-config"):
+    for command in ("demo", "run", "inspect", "backfill", "check-config", "ack"):
         assert command in out.stdout
 
 
