@@ -17,6 +17,7 @@ takes over the agent's session or says it is offline.
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -87,7 +88,7 @@ class MqttSink(SinkBase):
     """Publishes inspection results to the broker."""
 
     type: ClassVar[str] = "mqtt"
-    Config: ClassVar[type[MqttSinkConfig]] = MqttSinkConfig
+    Config: ClassVar[builtins.type[MqttSinkConfig]] = MqttSinkConfig
 
     def __init__(self, config: MqttSinkConfig | dict[str, Any], *,
                  site: str | None = None) -> None:

@@ -17,6 +17,7 @@ arrival order (MQTT requires PUBACKs in order).
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import queue
 import threading
@@ -108,7 +109,7 @@ class MqttSource(StreamSource):
     """Readings from MQTT topics, acknowledged after they are in the store."""
 
     type: ClassVar[str] = "mqtt"
-    Config: ClassVar[type[MqttSourceConfig]] = MqttSourceConfig
+    Config: ClassVar[builtins.type[MqttSourceConfig]] = MqttSourceConfig
 
     def __init__(self, config: MqttSourceConfig | dict[str, Any], *,
                  clock: Callable[[], float] = time.time) -> None:
@@ -205,7 +206,9 @@ class MqttSource(StreamSource):
             self._session += 1
         self._connected = True
         self._last_error = None
-        client.subscribe([(topic, self.config.qos) for topic in self.config.topics])
+        subscriptions: list[tuple[str, int]] = [(topic, int(self.config.qos))
+                                                for topic in self.config.topics]
+        client.subscribe(subscriptions)
         outage = ""
         if self._lost_at is not None:
             # how long the agent was away: what a broker without the session lost is

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from monitor.decision.incidents import (
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector, ReadWindow
+    from monitor.storage.state import Ack
 
 #: detect_many(times, read_window) -> the detection statistic at each time (None: bad data)
 DetectMany = Callable[[list[datetime], "ReadWindow"], list[float | None]]
@@ -42,14 +43,6 @@ PRE_ALERT = 5.0
 ONSET_LOOKBACK_ROWS = 24
 
 log = logging.getLogger(__name__)
-
-
-class Ack(Protocol):
-    """An operator's acceptance of an incident (monitor.storage.state keeps them)."""
-
-    incident_id: str
-    by: str
-    via: str
 
 
 class SiteTracker:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from monitor.fleet.jobs import InspectionJob
+    from monitor.storage.state import Ack
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,9 @@ class Ledger(Protocol):
     def last_done(self) -> float | None: ...
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
-                          incident: dict[str, Any] | None | bool = False) -> None: ...
+                          incident: dict[str, Any] | None | bool = False,
+                          applied_acks: Sequence[int] = ()) -> None: ...
+    def pending_acks(self) -> list[Ack]: ...
     def add_history(self, values: list[tuple[float, float]]) -> None: ...
     def history(self, since: float) -> list[tuple[float, float]]: ...
     def prune_history(self, before: float) -> None: ...
@@ -283,24 +286,18 @@ class SiteRunner:
         if self.tracker is None:
             self.state.commit_inspection(t.timestamp(), result)
             return None
-        acks = self._pending_acks()
+        # Operators' acks (``mmdwatch ack``, the MQTT command topic) wait in the state
+        # database; the one naming the open incident resolves it with this result. Every
+        # pending ack is marked applied in the result's transaction: one for an incident
+        # that is no longer open (a duplicate, a late one) has nothing left to do.
+        acks = self.state.pending_acks()
         kept, event = self.tracker.observe(result, self.read_window, acks)
         incident = self.tracker.incident
         self.state.commit_inspection(t.timestamp(), result, statistic=kept,
                                      incident=None if incident is None
-                                     else incident.to_state())
-        block = result.get("incident") or {}
-        if block.get("reason") == "accepted":
-            for ack in acks:
-                if ack.incident_id == block.get("id"):
-                    self.state.mark_ack_applied(ack.id, t.timestamp())  # type: ignore[attr-defined]
+                                     else incident.to_state(),
+                                     applied_acks=[a.id for a in acks])
         return event
-
-    def _pending_acks(self) -> list[Any]:
-        """Operators' acks not yet applied (``mmdwatch ack``, the MQTT command topic)."""
-        pending = getattr(self.state, "pending_acks", None)
-        return list(pending()) if pending is not None and self.tracker is not None \
-            and self.tracker.incident is not None else []
 
     def prune_history(self, last: float) -> None:
         """Drop calibration history older than its span behind ``last`` (epoch s)."""
