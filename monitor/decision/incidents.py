@@ -112,10 +112,13 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
     is about). Results must come in inspection-time order; ``error`` and ``incomplete``
     results change nothing (they carry no evidence either way). ``back``: whether the
     incident's sensors are back at its frozen reference at this result (None: no
-    reference to ask). A firing result with no incident open opens one only through
-    :func:`opened` (the tracker adds the onset and reference)."""
+    reference to ask). A firing result with no incident open opens one (the tracker opens
+    it itself with :func:`opened`, adding the onset and the frozen reference)."""
     status = result.get("status")
     t = result["inspection_time"]
+    if current is None and status == "firing":
+        new_incident = opened(result)
+        return new_incident, "opened", new_incident
     if current is None or status in ("error", "incomplete"):
         return current, None, current
     if status == "firing":

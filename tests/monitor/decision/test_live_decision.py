@@ -95,13 +95,17 @@ def _result(t: datetime, status: str, p: float | None = None,
 
 
 def test_incident_opens_updates_and_resolves_once():
+    """Without a frozen reference (no windows to freeze), an incident resolves after
+    resolve_after with no firing inspection (reason returned); updates only when a new
+    sensor enters the first three named or p falls tenfold; the first-named stay first."""
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     settings = IncidentSettings(resolve_after=timedelta(hours=3))
     hour = timedelta(hours=1)
     steps = [
-        ("ok", None, ()), ("firing", 1e-4, ("a",)), ("firing", 1e-3, ("b",)),
-        ("firing", 1e-5, ("a", "b")), ("ok", 0.5, ()), ("error", None, ()),
-        ("ok", 0.5, ()), ("ok", 0.5, ()), ("ok", 0.5, ()), ("firing", 1e-4, ("c",)),
+        ("ok", None, ()), ("firing", 1e-4, ("a",)), ("firing", 5e-5, ("a",)),
+        ("firing", 1e-3, ("b",)), ("firing", 1e-6, ("b", "a")), ("ok", 0.5, ()),
+        ("error", None, ()), ("ok", 0.5, ()), ("ok", 0.5, ()), ("ok", 0.5, ()),
+        ("firing", 1e-4, ("c",)),
     ]
     incident, events = None, []
     for k, (status, p, sensors) in enumerate(steps):
@@ -109,11 +113,12 @@ def test_incident_opens_updates_and_resolves_once():
                                          settings)
         events.append((event, about.id if about else None, about.sensors if about else None))
     # resolved 3 quiet hours after the last firing one (the error carries no evidence)
-    assert [e for e, _, _ in events] == [None, "opened", None, "updated", None, None,
-                                         "resolved", None, None, "opened"]
+    assert [e for e, _, _ in events] == [None, "opened", None, "updated", "updated", None,
+                                         None, "resolved", None, None, "opened"]
     first_id = events[1][1]
-    assert events[3] == ("updated", first_id, ["a", "b"])  # the strongest evidence names
-    assert events[6][1] == first_id and events[9][1] != first_id
+    assert events[3] == ("updated", first_id, ["a", "b"])  # b enters behind a
+    assert events[4] == ("updated", first_id, ["a", "b"])  # p fell tenfold; a stays first
+    assert events[7][1] == first_id and events[10][1] != first_id
     assert incident is not None and incident.sensors == ["c"]
 
 

@@ -1,0 +1,156 @@
+"""Incidents that stay true (issue 18): a frozen reference keeps a change that stays open,
+a change that goes away resolves with reason ``returned``, an operator's ack resolves with
+reason ``accepted`` and nothing reopens, the history holds only normal inspections, and
+the onset lies near the change."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from monitor.config import validate_config
+from monitor.decision.incidents import IncidentSettings
+from monitor.decision.tracker import SiteTracker, cached_reader, history_times
+from monitor.demo.simulate import Scenario, simulate
+
+pytestmark = pytest.mark.slow
+
+CHANGE = datetime(2026, 1, 18, 6, tzinfo=UTC)  # day 13 of 20, a Sunday
+HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Ack:
+    id: int
+    incident_id: str
+    by: str
+    via: str = "cli"
+
+
+def _frame(revert_after: timedelta | None = None) -> pd.DataFrame:
+    frame, _ = simulate(Scenario(days=20, step="15min", change_at=CHANGE.isoformat(),
+                                 changes={"s04": -0.9}, seed=1))
+    if revert_after is not None:  # the change goes away again (repaired)
+        end = pd.Timestamp(CHANGE + revert_after)
+        back = (frame["sensor"] == "s04") & (frame["time"] >= end)
+        frame.loc[back, "value"] += 0.9
+    return frame
+
+
+def _replay(frame: pd.DataFrame, acks: dict[datetime, Ack] | None = None
+            ) -> tuple[SiteTracker, list[dict[str, Any]]]:
+    """The agent's path, hourly: inspect with the tracker's history, then observe."""
+    inspector = _inspector()
+    read = cached_reader(frame)
+    first = datetime(2026, 1, 15, tzinfo=UTC)  # 10 days after the data start
+    tracker = SiteTracker(inspector, IncidentSettings())
+    tracker.backfill(history_times(inspector, first), read)
+    last = frame["time"].max().to_pydatetime() - inspector.spec.after
+    results = []
+    t = first
+    while t <= last:
+        result = inspector.run(t, read, tracker.history_at(t)).result
+        ack = (acks or {}).get(t)
+        tracker.observe(result, read, [ack] if ack else [])
+        results.append(result)
+        t += HOUR
+    return tracker, results
+
+
+def _inspector() -> Any:
+    from monitor.compose import build_inspector
+
+    return build_inspector(validate_config({
+        "site": "sim", "source": {"type": "file", "path": "x.csv"},
+        "decision": {"min_history": "2d"}}))
+
+
+def _events(results: list[dict[str, Any]]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(r["inspection_time"], r["incident"]["event"], r["incident"]) for r in results
+            if r.get("incident") and r["incident"]["event"]]
+
+
+@pytest.fixture(scope="module")
+def persistent() -> tuple[SiteTracker, list[dict[str, Any]]]:
+    return _replay(_frame())
+
+
+def test_a_change_that_stays_keeps_one_incident_open_to_the_end(persistent) -> None:
+    tracker, results = persistent
+    events = _events(results)
+    assert [e for _, e, _ in events if e != "updated"] == ["opened"]
+    _, _, opened = events[0]
+    assert opened["sensors"][0] == "s04"
+    last = results[-1]["incident"]
+    assert last is not None and last["state"] == "open" and last["id"] == opened["id"]
+    # a day after the change the sliding statistic is quiet, the frozen reference is not
+    late = [r for r in results if r["inspection_time"] >= "2026-01-19T12:00:00Z"]
+    assert late and all(r["status"] != "firing" for r in late[-24:])
+    assert last["baseline_check"]["s04"]["z"] < -3
+    assert "reference" not in last  # its arrays stay in the state database
+
+
+def test_the_onset_and_the_frozen_reference_lie_at_the_change(persistent) -> None:
+    _, results = persistent
+    opened = _events(results)[0][2]
+    onset = datetime.fromisoformat(opened["onset"].replace("Z", "+00:00"))
+    assert abs(onset - CHANGE) <= timedelta(hours=3)
+    assert opened["onset_low"] <= opened["onset"] <= opened["onset_high"]
+    assert opened["baseline"] <= opened["onset"]
+
+
+def test_the_history_holds_no_inspection_of_the_open_incident(persistent) -> None:
+    tracker, results = persistent
+    opened_at = datetime.fromisoformat(_events(results)[0][0].replace("Z", "+00:00"))
+    assert not [t for t in tracker.history if t >= opened_at]
+    spans = [r["detection"].get("history_span") for r in results if r.get("detection")]
+    assert spans[-1] is not None and spans[-1][1] < _events(results)[0][0]
+
+
+def test_a_change_that_goes_away_resolves_with_reason_returned() -> None:
+    _, results = _replay(_frame(revert_after=timedelta(hours=30)))
+    events = _events(results)
+    kinds = [e for _, e, _ in events if e != "updated"]
+    assert kinds[:2] == ["opened", "resolved"], kinds
+    resolved = next(inc for _, e, inc in events if e == "resolved")
+    assert resolved["reason"] == "returned"
+    when = datetime.fromisoformat(resolved["resolved"].replace("Z", "+00:00"))
+    assert when >= CHANGE + timedelta(hours=30) + IncidentSettings().resolve_after
+
+
+def test_an_ack_resolves_with_reason_accepted_and_nothing_reopens(persistent) -> None:
+    incident_id = _events(persistent[1])[0][2]["id"]
+    at = datetime(2026, 1, 19, 12, tzinfo=UTC)
+    tracker, results = _replay(_frame(), {at: Ack(1, incident_id, "alice")})
+    events = _events(results)
+    assert [e for _, e, _ in events if e != "updated"] == ["opened", "resolved"]
+    t, _, resolved = next(x for x in events if x[1] == "resolved")
+    assert t == "2026-01-19T12:00:00Z"
+    assert resolved["reason"] == "accepted" and resolved["accepted_by"] == "alice"
+    assert results[-1]["incident"] is None
+    # the reference moved on: later normal inspections join the history again
+    assert max(tracker.history) > at
+
+
+def test_a_firing_value_and_a_pre_alert_value_stay_out_of_the_history() -> None:
+    inspector = _inspector()
+    tracker = SiteTracker(inspector, IncidentSettings())
+    t = datetime(2026, 1, 15, tzinfo=UTC)
+
+    def result(k: int, status: str, p: float) -> dict[str, Any]:
+        return {"site": "sim", "inspection_time": (t + k * HOUR).isoformat(),
+                "status": status, "test": {"p_value": p}, "selected_sensors": ["s01"],
+                "sensors": [{"sensor_id": "s01"}],
+                "detection": {"value": 1.0 + k, "p_value": p, "level": 1e-3}}
+
+    kept = [tracker.observe(result(0, "ok", 0.5))[0],
+            tracker.observe(result(1, "ok", 0.004))[0],  # below 5 x level: pre-alert
+            tracker.observe(result(2, "ok", 0.2))[0]]
+    assert kept == [1.0, None, 3.0]
+    assert tracker.observe(result(3, "firing", 1e-5))[0] is None
+    assert tracker.observe(result(4, "ok", 0.5))[0] is None  # an incident is open
+    assert np.isfinite(list(tracker.history.values())).all()
