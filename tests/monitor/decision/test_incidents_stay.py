@@ -80,7 +80,7 @@ def persistent() -> tuple[SiteTracker, list[dict[str, Any]]]:
 
 
 def test_a_change_that_stays_keeps_one_incident_open_to_the_end(persistent) -> None:
-    tracker, results = persistent
+    _, results = persistent
     events = _events(results)
     assert [e for _, e, _ in events if e != "updated"] == ["opened"]
     _, _, opened = events[0]
@@ -97,7 +97,7 @@ def test_a_change_that_stays_keeps_one_incident_open_to_the_end(persistent) -> N
 def test_the_onset_and_the_frozen_reference_lie_at_the_change(persistent) -> None:
     _, results = persistent
     opened = _events(results)[0][2]
-    onset = datetime.fromisoformat(opened["onset"].replace("Z", "+00:00"))
+    onset = datetime.fromisoformat(opened["onset"])
     assert abs(onset - CHANGE) <= timedelta(hours=3)
     assert opened["onset_low"] <= opened["onset"] <= opened["onset_high"]
     assert opened["baseline"] <= opened["onset"]
@@ -105,7 +105,7 @@ def test_the_onset_and_the_frozen_reference_lie_at_the_change(persistent) -> Non
 
 def test_the_history_holds_no_inspection_of_the_open_incident(persistent) -> None:
     tracker, results = persistent
-    opened_at = datetime.fromisoformat(_events(results)[0][0].replace("Z", "+00:00"))
+    opened_at = datetime.fromisoformat(_events(results)[0][0])
     assert not [t for t in tracker.history if t >= opened_at]
     spans = [r["detection"].get("history_span") for r in results if r.get("detection")]
     assert spans[-1] is not None and spans[-1][1] < _events(results)[0][0]
@@ -118,7 +118,7 @@ def test_a_change_that_goes_away_resolves_with_reason_returned() -> None:
     assert kinds[:2] == ["opened", "resolved"], kinds
     resolved = next(inc for _, e, inc in events if e == "resolved")
     assert resolved["reason"] == "returned"
-    when = datetime.fromisoformat(resolved["resolved"].replace("Z", "+00:00"))
+    when = datetime.fromisoformat(resolved["resolved"])
     assert when >= CHANGE + timedelta(hours=30) + IncidentSettings().resolve_after
 
 
