@@ -82,6 +82,9 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
         ends = now if incident.get("event") == "resolved" else now + ttl
         annotations["selected_sensors"] = ", ".join(map(str, incident.get("sensors") or []))
         annotations["incident_started"] = str(incident.get("started", ""))
+        for key in ("onset", "onset_low", "onset_high", "reason"):
+            if incident.get(key):
+                annotations[f"incident_{key}"] = str(incident[key])
         alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
                             "severity": severity, "incident": str(incident.get("id", ""))},
                  "annotations": annotations, "startsAt": _iso(now), "endsAt": _iso(ends)}

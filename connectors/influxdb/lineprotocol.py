@@ -5,7 +5,8 @@
 * ``mmdwatch_sensor_score`` tags ``site, sensor_id``; fields score, rank, selected
   (, mean_before, mean_after, z) - one point per sensor;
 * ``mmdwatch_incident``     tags ``site, incident_id, event``; fields state, started,
-  sensors, p_value, firing_inspections - one point per incident event (opened, updated,
+  sensors, p_value, firing_inspections, onset, onset_low, onset_high and reason (those
+  four when set) - one point per incident event (opened, updated,
   resolved), none otherwise.
 
 All points carry the inspection time, so Grafana plots them on the data's time axis.
@@ -104,7 +105,11 @@ def result_lines(result: dict[str, Any], *, inspection_measurement: str = INSPEC
                           {"state": incident.get("state"), "started": incident.get("started"),
                            "sensors": ",".join(map(str, incident.get("sensors") or [])),
                            "p_value": _float(incident.get("p_value")),
-                           "firing_inspections": incident.get("firing_inspections")}, t))
+                           "firing_inspections": incident.get("firing_inspections"),
+                           "onset": incident.get("onset"),
+                           "onset_low": incident.get("onset_low"),
+                           "onset_high": incident.get("onset_high"),
+                           "reason": incident.get("reason")}, t))
     return lines
 
 

@@ -39,6 +39,9 @@ class IncidentSettings:
 
 #: the keys of the open incident kept in the state database but not put in results
 PRIVATE = ("reference", "announced_p")
+#: keys a result carries only when set (older results and bare incidents have none)
+OPTIONAL = ("reason", "accepted_by", "onset", "onset_low", "onset_high", "baseline",
+            "returned_since", "baseline_check")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class Incident:
         out = asdict(self)
         for key in PRIVATE:
             out.pop(key, None)
+        for key in OPTIONAL:
+            if out.get(key) is None:
+                out.pop(key, None)
         return out
 
     def to_state(self) -> dict[str, Any]:
