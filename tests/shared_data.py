@@ -7,3 +7,4 @@ from pathlib import Path
 _BESIDE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ltown-leak-dev"
 LTOWN = _BESIDE if _BESIDE.exists() else Path("/work/shared/data/ltown-leak-dev")
 DELAY_DEV = LTOWN.parent / "ltown-delay-dev"
+SHAPE_DEV = LTOWN.parent / "shape-dev"
