@@ -12,7 +12,11 @@ alert names, each turned so that its change is positive (``sign``):
   (the likelihood-ratio / CUSUM scan of a Gaussian mean change with a common variance):
   ``stat(k) = k (n - k) / n * (mean(y[:k]) - mean(y[k:]))**2 / s**2``;
 * **spread**: the same scan over the log of the squared residuals, which moves when a
-  sensor gets stuck or noisy at an unchanged mean.
+  sensor gets noisy at an unchanged mean;
+* **roughness** (when the raw readings are given): the same scan over the log of the
+  squared hour-to-hour steps of the raw readings, which collapse when a sensor gets stuck
+  (its steps are 0, while its residuals keep the daily cycle it lost) and grow when it
+  gets noisy.
 
 The scan with the stronger peak gives the onset. Its interval holds every split whose
 statistic is within ``chi2_1(0.95) = 3.84`` of the peak (the profile-likelihood interval);
@@ -85,18 +89,35 @@ def _interval(stat: np.ndarray, peak: int) -> tuple[int, int]:
     return max(0, min(low, peak - 1)), min(stat.size - 1, max(high, peak + 1))
 
 
+def _roughness(raw: np.ndarray) -> np.ndarray:
+    """Log squared step into each row of ``raw`` (n, k), averaged over sensors (n,); the
+    first row repeats the second. Steps are measured against each sensor's typical step,
+    so a constant stretch (steps of 0) sits far below and a noisy one above."""
+    steps = np.diff(np.nan_to_num(raw), axis=0) ** 2  # (n - 1, k)
+    typical = np.median(steps, axis=0)
+    floor = np.where(typical > 0, typical, 1.0) * 1e-4
+    rough = np.log(steps + floor).mean(axis=1)
+    return np.concatenate([rough[:1], rough])
+
+
 def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
-                   min_segment: int = 2) -> Onset:
+                   min_segment: int = 2, raw: np.ndarray | None = None) -> Onset:
     """The onset row in ``residuals`` (n, k), see the module docstring. ``sign`` (k,):
-    the direction of each sensor's change (+1 up, -1 down); default +1."""
+    the direction of each sensor's change (+1 up, -1 down); default +1. ``raw`` (n, k):
+    the same sensors' readings, for the roughness scan (None: no such scan)."""
     r = np.asarray(residuals, dtype=float)
     if r.ndim == 1:
         r = r[:, None]
     r = np.nan_to_num(r)
     s = np.ones(r.shape[1]) if sign is None else np.where(np.asarray(sign) < 0, -1.0, 1.0)
-    level = mean_shift_scan((r * s).mean(axis=1), min_segment)
-    spread = mean_shift_scan(np.log(r ** 2 + 1e-6).mean(axis=1), min_segment)
-    kind, stat = ("level", level) if level.max() >= spread.max() else ("spread", spread)
+    scans = {"level": mean_shift_scan((r * s).mean(axis=1), min_segment),
+             "spread": mean_shift_scan(np.log(r ** 2 + 1e-6).mean(axis=1), min_segment)}
+    if raw is not None:
+        x = np.asarray(raw, dtype=float)
+        scans["roughness"] = mean_shift_scan(_roughness(x if x.ndim == 2 else x[:, None]),
+                                             min_segment)
+    kind = max(scans, key=lambda name: scans[name].max())
+    stat = scans[kind]
     peak = int(np.argmax(stat))
     low, high = _interval(stat, peak)
     return Onset(index=peak, low=low, high=high, kind=kind, strength=float(stat[peak]))

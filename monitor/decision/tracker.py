@@ -167,13 +167,14 @@ class SiteTracker:
         cols = [c for c in named if c in det.z.index] or [str(det.z.abs().idxmax())]
         residuals = pd.concat([det.before_residuals.iloc[-ONSET_LOOKBACK_ROWS:],
                                det.after_residuals])[cols]
-        onset = estimate_onset(residuals.to_numpy(), np.sign(det.z[cols].to_numpy()))
+        raw = pd.concat([w.before_raw, w.after_raw])
+        onset = estimate_onset(residuals.to_numpy(), np.sign(det.z[cols].to_numpy()),
+                               raw=raw.loc[residuals.index, cols].to_numpy())
         times = residuals.index
         extra: dict[str, Any] = {
             "onset": iso(times[onset.index].to_pydatetime()),
             "onset_low": iso(times[onset.low].to_pydatetime()),
             "onset_high": iso(times[onset.high].to_pydatetime())}
-        raw = pd.concat([w.before_raw, w.after_raw])
         normal = raw[raw.index < times[onset.low]].iloc[-len(w.before_raw):]
         try:
             ref = Reference.fit(normal, len(w.after_raw), inspector.decision.detector)

@@ -51,6 +51,20 @@ def test_onset_of_a_stuck_sensor_comes_from_the_spread_scan() -> None:
     assert abs(est.index - 22) <= 2
 
 
+def test_onset_of_a_sensor_stuck_at_its_mean_comes_from_its_raw_steps() -> None:
+    """Stuck at its daily mean: its residuals keep the cycle it lost (no level shift, a
+    larger spread), its raw hour-to-hour steps drop to 0 at the onset."""
+    rng = np.random.default_rng(4)
+    hours = np.arange(48)
+    cycle = np.sin(2 * np.pi * hours / 24)
+    raw = 40 + cycle + 0.05 * rng.standard_normal(48)
+    raw[31:] = 40.0
+    residuals = (raw - 40 - cycle)[:, None] / 0.05
+    est = estimate_onset(residuals, raw=raw[:, None])
+    assert est.kind == "roughness"
+    assert abs(est.index - 31) <= 1
+
+
 def test_scan_is_zero_where_a_segment_is_too_short() -> None:
     stat = mean_shift_scan(np.arange(10.0), min_segment=3)
     assert (stat[:3] == 0).all() and (stat[8:] == 0).all() and stat[3:8].min() > 0
