@@ -18,7 +18,8 @@ alert names, each turned so that its change is positive (``sign``):
   (its steps are 0, while its residuals keep the daily cycle it lost) and grow when it
   gets noisy.
 
-The scan with the stronger peak gives the onset. Its interval holds every split whose
+The scan with the stronger peak gives the onset, but a roughness peak of at least
+``ROUGHNESS_DECIDES`` decides on its own. Its interval holds every split whose
 statistic is within ``chi2_1(0.95) = 3.84`` of the peak (the profile-likelihood interval);
 autocorrelated residuals make it optimistic, so it is widened to at least one row each
 side.
@@ -42,6 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 CHI2_95 = 3.84
+#: a roughness peak this strong decides: steps that collapse (stuck) or explode are an
+#: unambiguous signature, while the level scan of a stuck sensor's residuals follows the
+#: daily cycle it lost. Leaks on the L-Town dev sets peak at 3-11, dev-stuck at 75.
+ROUGHNESS_DECIDES = 30.0
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,12 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
         scans["roughness"] = mean_shift_scan(_roughness(x if x.ndim == 2 else x[:, None]),
                                              min_segment)
     kind = max(scans, key=lambda name: scans[name].max())
+    if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES:
+        kind = "roughness"
     stat = scans[kind]
     peak = int(np.argmax(stat))
     low, high = _interval(stat, peak)
-    return Onset(index=peak, low=low, high=high, kind=kind, strength=float(stat[peak]))
+    strength = float(stat[peak])
+    if kind == "roughness":  # row k holds the step from k - 1: the change began at k - 1
+        peak, low, high = max(peak - 1, 0), max(low - 1, 0), max(high - 1, 0)
+    return Onset(index=peak, low=low, high=high, kind=kind, strength=strength)
