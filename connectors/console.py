@@ -21,6 +21,9 @@ class ConsoleSinkConfig(BaseModel):
     format: Literal["text", "json"] = "text"
     stream: Literal["stdout", "stderr"] = "stdout"
     only_firing: bool = False
+    #: only results that carry an incident event (opened, updated, resolved): the story of
+    #: each incident, as the MQTT alert topic tells it, not every inspection
+    only_events: bool = False
     top: int = 5
 
 
@@ -47,6 +50,32 @@ def _sensor_line(s: dict[str, Any]) -> str:
     return f"  {mark} #{s.get('rank'):<3} {text:<40} score {_num(s.get('score'))}"
 
 
+def clock(stamp: Any) -> str:
+    """``2026-01-15T09:40:00Z`` -> ``2026-01-15 09:40`` (other text unchanged)."""
+    text = str(stamp)
+    return text[:16].replace("T", " ") if len(text) >= 16 and text[10:11] == "T" else text
+
+
+def incident_line(result: dict[str, Any]) -> str | None:
+    """The result's incident event in one line (None when it carries none): who is named,
+    the estimated onset with its interval, or why it resolved."""
+    incident = result.get("incident")
+    if not isinstance(incident, dict) or not incident.get("event"):
+        return None
+    event = incident["event"]
+    head = f"  incident {incident.get('id')} {event}"
+    if event == "resolved":
+        reason = incident.get("reason") or "?"
+        by = incident.get("accepted_by")
+        return f"{head} ({reason}{f' by {by}' if by and reason == 'accepted' else ''})"
+    text = f"{head}: {', '.join(incident.get('sensors') or [])}"
+    if incident.get("onset"):
+        text += f"; onset {clock(incident['onset'])}"
+        if incident.get("onset_low") and incident.get("onset_high"):
+            text += f" ({clock(incident['onset_low'])} .. {clock(incident['onset_high'])})"
+    return text
+
+
 def render_text(result: dict[str, Any], top: int = 5) -> str:
     """A few lines a person reads at a glance; firing results get a block with the top
     sensors and how their window means moved, in the source's units (no unit is shown:
@@ -54,9 +83,12 @@ def render_text(result: dict[str, Any], top: int = 5) -> str:
     status = str(result.get("status", "?"))
     head = f"[{status.upper()}] {result.get('site')} {result.get('inspection_time')}"
     summary = result.get("summary", "")
+    event = incident_line(result)
     if status != "firing":
-        return f"{head}  {summary}"
+        return f"{head}  {summary}" + ("" if event is None else f"\n{event}")
     lines = [f"{head}  {summary}"]
+    if event is not None:
+        lines.append(event)
     test = result.get("test", {})
     lines.append(f"  test: {test.get('method')}, p={_num(test.get('p_value'))}, "
                  f"alpha={test.get('alpha')}")
@@ -81,6 +113,8 @@ class ConsoleSink(Sink):
 
     def send(self, result: dict[str, Any]) -> None:
         if self.config.only_firing and result.get("status") != "firing":
+            return
+        if self.config.only_events and not (result.get("incident") or {}).get("event"):
             return
         out = self._stream or (sys.stdout if self.config.stream == "stdout" else sys.stderr)
         if self.config.format == "json":

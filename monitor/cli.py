@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "carry the change (ARD-MMD variable selection).")
     parser.add_argument("--log-level", default=None,
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                        help="log level on stderr (default INFO; WARNING for inspect)")
+                        help="log level on stderr (default INFO; WARNING for inspect, backfill, "
+                             "check-config and demo)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="simulated network with an injected change, replayed "
@@ -621,7 +622,9 @@ COMMANDS = {"demo": cmd_demo, "run": cmd_run, "inspect": cmd_inspect,
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    default = "WARNING" if args.command in ("inspect", "backfill", "check-config") else "INFO"
+    # the demo's story is on stdout; its ~180 hourly inspections would flood stderr at INFO
+    default = ("WARNING" if args.command in ("inspect", "backfill", "check-config", "demo")
+               else "INFO")
     _setup_logging(args.log_level or default)
     from connectors.base import ConnectorError
     from monitor.config import ConfigError

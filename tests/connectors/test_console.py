@@ -60,3 +60,47 @@ def test_console_sink_writes_the_text():
     ConsoleSink(ConsoleSinkConfig(), stream=out).send(_result())
     assert out.getvalue().startswith("[FIRING] demo 2026-01-12T00:00:00Z")
     assert "s06: 36.1 -> 35.1 (-1.0)" in out.getvalue()
+
+
+def _incident(event, **extra):
+    block = {"id": "demo-20260114T0000-abcd1234", "state": "open", "event": event,
+             "sensors": ["s04", "s06"], "onset": "2026-01-14T10:00:00Z",
+             "onset_low": "2026-01-14T09:00:00Z", "onset_high": "2026-01-14T11:00:00Z"}
+    block.update(extra)
+    return block
+
+
+def test_console_states_the_incident_event_with_its_onset_or_reason():
+    firing = _result()
+    firing["incident"] = _incident("opened")
+    lines = render_text(firing).splitlines()
+    assert lines[1] == ("  incident demo-20260114T0000-abcd1234 opened: s04, s06; onset "
+                        "2026-01-14 10:00 (2026-01-14 09:00 .. 2026-01-14 11:00)")
+    ok = {"status": "ok", "site": "demo", "inspection_time": "2026-01-15T08:00:00Z",
+          "summary": "No change",
+          "incident": _incident("resolved", state="resolved", reason="accepted",
+                                accepted_by="operator")}
+    assert render_text(ok).splitlines()[1] == \
+        "  incident demo-20260114T0000-abcd1234 resolved (accepted by operator)"
+    ok["incident"].update(reason="returned", accepted_by=None)
+    assert render_text(ok).endswith("resolved (returned)")
+    ok["incident"]["event"] = None  # an open incident without an event: no line
+    assert render_text(ok) == "[OK] demo 2026-01-15T08:00:00Z  No change"
+
+
+def test_console_only_events_prints_incident_events_only():
+    out = io.StringIO()
+    sink = ConsoleSink(ConsoleSinkConfig(only_events=True), stream=out)
+    quiet = {"status": "ok", "site": "demo", "inspection_time": "2026-01-15T07:00:00Z",
+             "summary": "No change", "incident": _incident(None)}
+    sink.send(quiet)
+    sink.send({**quiet, "incident": None})
+    firing_without_event = _result()
+    firing_without_event["incident"] = _incident(None)
+    sink.send(firing_without_event)
+    assert out.getvalue() == ""
+    opened = _result()
+    opened["incident"] = _incident("opened")
+    sink.send(opened)
+    assert out.getvalue().startswith("[FIRING] demo 2026-01-12T00:00:00Z")
+    assert "opened: s04, s06" in out.getvalue()
