@@ -343,7 +343,7 @@ class Inspector:
         that fire the alert on their own, and the engine's CV-aggregation beside them."""
         import numpy as np
 
-        from engine.live.residual_shift import detect, expected_means
+        from engine.live.residual_shift import detect
 
         d = self.decision
         det = detect(w.before_raw, w.after_raw, d.detector)
@@ -357,7 +357,10 @@ class Inspector:
         result.test.decision = CALIBRATED
         labels = [str(c) for c in w.before.columns]
         z = {s: float(v) for s, v in det.z.items()}
-        expected = expected_means(w.before_raw, w.after_raw, d.detector)
+        # what the sensor was expected to read over the after window: its raw mean less the
+        # shift the statistic measured (profile, local level and common mode accounted for)
+        raw_after = w.after_raw.mean()
+        expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
         evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
         if hist.size < cal.min_count:
             have = hist.size * cal.inspection_interval / timedelta(days=1)

@@ -51,6 +51,7 @@ class Detection:
     z: pd.Series  # per sensor, signed (negative = below its expected level)
     before_residuals: pd.DataFrame  # (n_b, D), scaled, common mode removed
     after_residuals: pd.DataFrame  # (n_a, D)
+    shift: pd.Series  # per sensor, z's numerator in source units: the change the alert states
 
 
 class DetectionError(ValueError):
@@ -95,21 +96,6 @@ def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = 
     table = profile_table(before, weekly)
     xb, xa = before.to_numpy(dtype=float), after.to_numpy(dtype=float)
     return (xb - table[_slots(before.index, weekly)], xa - table[_slots(after.index, weekly)])
-
-
-def expected_means(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
-                   ) -> dict[str, float]:
-    """What each sensor's after-window mean was expected to be, in source units: the
-    before window's profile over the after window's hours, plus the sensor's residual
-    level over the last ``local_level_rows`` of the before window (the reference the
-    statistic compares with). ``{sensor: mean}``."""
-    weekly = settings.weekly_profile
-    table = profile_table(before, weekly)
-    rb = before.to_numpy(dtype=float) - table[_slots(before.index, weekly)]
-    local = max(1, min(settings.local_level_rows, len(before)))
-    level = np.nanmean(rb[-local:], axis=0)
-    values = table[_slots(after.index, weekly)].mean(axis=0) + level
-    return {str(c): float(v) for c, v in zip(before.columns, values, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -177,6 +163,8 @@ def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
     scale = np.where(scale > 1e-12, scale, 1.0)
     rb, ra = remove_common_mode(rb / scale, ra / scale, settings.common_modes)
     z = level_shift_z(rb, ra, settings.local_level_rows)
+    local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
+    shift = (ra.mean(axis=0) - rb[-local:].mean(axis=0)) * scale  # back in source units
     z2 = np.sort(np.where(np.isfinite(z), z, 0.0) ** 2)
     value = float(z2[-min(settings.top_k, len(z2)):].mean())
     cols = list(before.columns)
@@ -184,4 +172,5 @@ def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
         value=value,
         z=pd.Series(np.where(np.isfinite(z), z, 0.0), index=cols),
         before_residuals=pd.DataFrame(rb, index=before.index, columns=cols),
-        after_residuals=pd.DataFrame(ra, index=after.index, columns=cols))
+        after_residuals=pd.DataFrame(ra, index=after.index, columns=cols),
+        shift=pd.Series(np.nan_to_num(shift), index=cols))

@@ -97,11 +97,18 @@ def _p(result: dict[str, Any]) -> float:
 
 
 def named_sensors(result: dict[str, Any], top: int = 3) -> list[str]:
-    """The sensors a firing result names, in its order (the top ``top`` when none)."""
-    named = list(result.get("selected_sensors") or [])
-    if named:
-        return named
-    return [s["sensor_id"] for s in result.get("sensors", [])[:top]]
+    """The sensors a firing result names: its selected sensors, then the next ranked ones
+    up to ``top``. An operator reads the first three as where to look; a sensor that falls
+    just short of the alert threshold on its own (a leak's second-nearest sensor) belongs
+    there more than nowhere, and a full first three at opening spares the later
+    ``updated`` messages of a list that grows one sensor at a time."""
+    named = [str(s) for s in result.get("selected_sensors") or []]
+    for row in result.get("sensors", []):
+        if len(named) >= top:
+            break
+        if row["sensor_id"] not in named:
+            named.append(str(row["sensor_id"]))
+    return named
 
 
 def opened(result: dict[str, Any], **extra: Any) -> Incident:
@@ -129,7 +136,9 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
         return current, None, current
     if status == "firing":
         p = _p(result)
-        new = [s for s in named_sensors(result) if s not in current.sensors]
+        # later firing inspections add what they select on their own, not their ranking
+        selected = [str(s) for s in result.get("selected_sensors") or []]
+        new = [s for s in selected if s not in current.sensors]
         sensors = current.sensors + new  # the first-named stay first
         announced = current.announced_p if current.announced_p is not None else 1.0
         material = sensors[:3] != current.sensors[:3] or p < announced / 10
