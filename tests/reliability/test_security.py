@@ -95,7 +95,8 @@ def test_state_dir_is_created_private(tmp_path: Path) -> None:
     from monitor.compose import build_agent
     from monitor.config import validate_config
 
-    data = ROOT / "monitor" / "data" / "demo-network.csv.gz"
+    data = ROOT / "monitor" / "demo" / "data" / "demo-network.csv.gz"
+    assert data.exists()
     config = validate_config({"site": "perm", "state_dir": str(tmp_path / "new" / "state"),
                               "source": {"type": "file", "path": str(data)},
                               "sinks": [{"type": "jsonl", "path": str(tmp_path / "r.jsonl")}]})
