@@ -38,7 +38,7 @@ class IncidentSettings:
 
 
 #: the keys of the open incident kept in the state database but not put in results
-PRIVATE = ("reference", "announced_p")
+PRIVATE = ("reference", "announced_p", "fired")
 #: keys a result carries only when set (older results and bare incidents have none)
 OPTIONAL = ("reason", "accepted_by", "onset", "onset_low", "onset_high", "baseline",
             "returned_since", "baseline_check")
@@ -65,6 +65,7 @@ class Incident:
     baseline_check: dict[str, dict[str, float]] | None = None  # the named sensors vs it
     announced_p: float | None = None  # the p-value of the last opened/updated event
     reference: dict[str, Any] | None = None  # engine.live.reference.Reference.to_dict()
+    fired: list[str] = field(default_factory=list)  # sensors that fired on their own
 
     def to_dict(self) -> dict[str, Any]:
         """The incident block of a result (without the frozen reference's arrays)."""
@@ -111,12 +112,19 @@ def named_sensors(result: dict[str, Any], top: int = 3) -> list[str]:
     return named
 
 
+def fired_sensors(result: dict[str, Any]) -> list[str]:
+    """The sensors a firing result selects on their own (its strongest when none): the
+    evidence an incident's onset and its return to the reference are judged on."""
+    return [str(s) for s in result.get("selected_sensors") or []] or named_sensors(result)[:1]
+
+
 def opened(result: dict[str, Any], **extra: Any) -> Incident:
     """A new incident from its first firing result (``extra``: onset, reference ...)."""
     t = result["inspection_time"]
     return Incident(id=incident_id(result["site"], t), site=result["site"], state="open",
                     started=t, last_firing=t, sensors=named_sensors(result),
-                    p_value=_p(result), announced_p=_p(result), **extra)
+                    p_value=_p(result), announced_p=_p(result),
+                    fired=fired_sensors(result), **extra)
 
 
 def advance(current: Incident | None, result: dict[str, Any], settings: IncidentSettings,
@@ -137,8 +145,9 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
     if status == "firing":
         p = _p(result)
         # later firing inspections add what they select on their own, not their ranking
-        selected = [str(s) for s in result.get("selected_sensors") or []]
+        selected = fired_sensors(result)
         new = [s for s in selected if s not in current.sensors]
+        fired = current.fired + [s for s in selected if s not in current.fired]
         sensors = current.sensors + new  # the first-named stay first
         announced = current.announced_p if current.announced_p is not None else 1.0
         material = sensors[:3] != current.sensors[:3] or p < announced / 10
@@ -146,7 +155,7 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
                           p_value=min(p, current.p_value if current.p_value is not None
                                       else 1.0),
                           firing_inspections=current.firing_inspections + 1,
-                          returned_since=None,
+                          returned_since=None, fired=fired,
                           announced_p=p if material else current.announced_p)
         return updated, "updated" if material else None, updated
     if back is None:  # no reference: quiet for resolve_after is back

@@ -26,7 +26,7 @@ from monitor.decision.incidents import (
     accept,
     advance,
     attach,
-    named_sensors,
+    fired_sensors,
     opened,
 )
 
@@ -120,11 +120,11 @@ class SiteTracker:
                 self._closed(closed, t)
                 return "resolved", closed
         if status == "firing":
-            named = named_sensors(result)
+            fired = fired_sensors(result)
             if self.incident is None:
-                if self.accepted and set(named) <= self.accepted:
+                if self.accepted and set(fired) <= self.accepted:
                     return None, None  # the accepted change, still in the sliding window
-                self.incident = opened(result, **self._freeze(result, t, named, read_window))
+                self.incident = opened(result, **self._freeze(result, t, fired, read_window))
                 return "opened", self.incident
         elif self.accepted and status == "ok":
             self.accepted = set()
@@ -144,9 +144,9 @@ class SiteTracker:
         self.quarantine_until = t + self.inspector.spec.resample * max(
             1, self.inspector.decision.detector.local_level_rows)
         if incident.reason == "accepted":
-            self.accepted = set(incident.sensors)
+            self.accepted = set(incident.sensors) | set(incident.fired)
 
-    def _freeze(self, result: dict[str, Any], t: datetime, named: list[str],
+    def _freeze(self, result: dict[str, Any], t: datetime, fired: list[str],
                 read_window: ReadWindow | None) -> dict[str, Any]:
         """The onset estimate and the frozen reference of a new incident (empty when the
         windows cannot give them: the incident then resolves by the quiet rule)."""
@@ -164,7 +164,7 @@ class SiteTracker:
         except (WindowError, DetectionError) as exc:
             log.warning("incident at %s: no onset or reference (%s)", iso(t), exc)
             return {}
-        cols = [c for c in named if c in det.z.index] or [str(det.z.abs().idxmax())]
+        cols = [c for c in fired if c in det.z.index] or [str(det.z.abs().idxmax())]
         residuals = pd.concat([det.before_residuals.iloc[-ONSET_LOOKBACK_ROWS:],
                                det.after_residuals])[cols]
         raw = pd.concat([w.before_raw, w.after_raw])
@@ -207,7 +207,7 @@ class SiteTracker:
             return None
         self.incident = replace(self.incident,
                                 baseline_check=check.by_sensor(self.incident.sensors))
-        return not check.changed(self.incident.sensors)
+        return not check.changed(self.incident.fired or self.incident.sensors)
 
     def _trim(self, t: datetime) -> None:
         horizon = t - self.inspector.decision.calibration.history - timedelta(days=1)
