@@ -229,6 +229,12 @@ class FileSource(StreamSource, WindowSource):
         frame = self.frame()
         return None if frame.empty else frame["time"].iloc[-1]
 
+    def first_time(self) -> pd.Timestamp | None:
+        """The oldest reading's time: where an agent fed by this file starts (the store it
+        replays into), asked by ``backfill`` to replay the agent's decisions."""
+        frame = self.frame()
+        return None if frame.empty else frame["time"].iloc[0]
+
     # -- StreamSource -------------------------------------------------------------------------
     def start(self, deliver: DeliverFn) -> None:
         if self._thread is not None:

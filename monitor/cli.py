@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "stderr")
     p.add_argument("--start", required=True, metavar="T")
     p.add_argument("--end", required=True, metavar="T")
-    p.add_argument("--every", required=True, metavar="DUR", help="e.g. 1d, 12h")
+    p.add_argument("--every", metavar="DUR",
+                   help="times --start, --start + DUR, ... instead of the site's schedule "
+                   "(default: the schedule's times, e.g. on the hour for every: 1h)")
     p.add_argument("--out", type=Path, metavar="FILE", help="JSON lines here, not stdout")
     p.add_argument("--cluster", metavar="ADDRESS|local[:N]",
                    help="spread the inspections over workers: local[:N] (a process pool), "
@@ -210,7 +212,8 @@ def _site_from_path(path: Path) -> str:
 
 def _window_reader(config: Any) -> tuple[Any, Any]:
     """``(read_window(start, end), close)`` for one-shot commands, over the window source
-    that :func:`monitor.compose.build_windows` picks (the source, or the agent's store)."""
+    that :func:`monitor.compose.build_windows` picks (the source, or the agent's store);
+    ``read_window.first_time()``: that source's oldest reading (None: not known)."""
     from connectors.timeutil import format_duration
     from monitor.compose import build_windows, one_site
 
@@ -229,6 +232,7 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
         return windows.read_window(pd.Timestamp(start), pd.Timestamp(end), resample=resample,
                                    aggregate=aggregate)
 
+    read.first_time = windows.first_time  # type: ignore[attr-defined]
     return read, windows.close
 
 
@@ -338,14 +342,13 @@ def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from connectors.timeutil import parse_duration, parse_time
     from monitor.compose import build_inspector
-    from monitor.schedule import InspectionPlan
 
     try:
         start, end = parse_time(args.start), parse_time(args.end)
-        every = parse_duration(args.every)
+        every = None if args.every is None else parse_duration(args.every)
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-    if end < start or every.total_seconds() <= 0:
+    if end < start or (every is not None and every.total_seconds() <= 0):
         raise BadInput("--end must not be before --start, and --every must be positive")
     _check_publish(args)
     cluster = _cluster_config(args.cluster) if args.cluster else None
@@ -378,11 +381,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
             executor = InlineExecutor()
         publisher = _publisher(args, config)
-        times = InspectionPlan(every=every, start=start).between(start, end)
+        plans = [_backfill_plan(c, i, r[0], start, end, every, args.config is not None)
+                 for c, i, r in zip(configs, inspectors, readers, strict=True)]
         out = args.out.open("w", encoding="utf-8") if args.out else sys.stdout
         if executor is not None:
-            sites = [_site_backfill(c, i, r[0], times)
-                     for c, i, r in zip(configs, inspectors, readers, strict=True)]
+            sites = [_site_backfill(c, i, r[0], p)
+                     for c, i, r, p in zip(configs, inspectors, readers, plans, strict=True)]
             if cluster is not None and cluster.type == "local":
                 # a pool that lost a process is replaced and the backfill goes on, from the
                 # calibration history to the last inspection
@@ -392,7 +396,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                                                                          cluster))
             results = _backfill_on(executor, sites, out, publisher)
         else:
-            results = _backfill_inline(config, inspectors[0], readers[0][0], times, out,
+            results = _backfill_inline(config, inspectors[0], readers[0][0], plans[0], out,
                                        publisher)
     except BaseException:
         if publisher is not None:
@@ -419,19 +423,92 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return _finish_publishing(publisher, args)
 
 
-def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], out: Any,
+def _backfill_plan(config: Any, inspector: Any, read: Any, start: Any, end: Any,
+                   every: Any, from_config: bool) -> Any:
+    """The site's :class:`~monitor.fleet.backfill.BackfillPlan`: the times written (the
+    schedule's between --start and --end, or --every's), and under the calibrated rule the
+    agent's schedule replayed from its first inspection time (:func:`_agent_anchor`)."""
+    from monitor.fleet.backfill import plan_backfill
+    from monitor.schedule import InspectionPlan
+
+    grid = InspectionPlan.from_config(config.schedule) if every is None \
+        else InspectionPlan(every=every, start=start)
+    outputs = grid.between(start, end)
+    if not inspector.calibrated:
+        return plan_backfill(outputs, None, None)
+    anchor = _agent_anchor(config, inspector, read, from_config)
+    plan = plan_backfill(outputs, InspectionPlan.from_config(config.schedule), anchor)
+    if plan.times:
+        log.info("backfill of %s: the agent's decisions replayed from %s (%d time(s) before "
+                 "or between the ones written)", inspector.site, plan.times[0].isoformat(),
+                 plan.silent)
+    return plan
+
+
+def _agent_anchor(config: Any, inspector: Any, read: Any, from_config: bool) -> Any:
+    """The running agent's first inspection time (``SiteRunner.anchor``): the one its
+    ledger keeps (``--config``, ``state_dir/state.sqlite``, read only), else the config's
+    ``schedule.start``, else the source's first reading + the before window (the agent of
+    a stream starts there); None when the source cannot say (a database: the backfill's
+    agent then starts at --start)."""
+    from datetime import UTC
+
+    import pandas as pd
+
+    if from_config:
+        saved = _ledger_anchor(config)
+        if saved is not None:
+            return saved
+    if config.schedule.start is not None:
+        return config.schedule.start
+    first = read.first_time()
+    if first is None:
+        return None
+    first = pd.Timestamp(first)
+    if first.tzinfo is None:
+        first = first.tz_localize("UTC")
+    return first.to_pydatetime().astimezone(UTC) + inspector.spec.before
+
+
+def _ledger_anchor(config: Any) -> Any:
+    """The anchor a running agent keeps in its ledger (meta ``anchor``, ``anchor:<site>``),
+    read without writing; None when there is no ledger or no anchor yet."""
+    import sqlite3
+    from datetime import UTC, datetime
+
+    path = Path(config.state_dir) / "state.sqlite"
+    if not path.exists():
+        return None
+    key = f"anchor:{config.sites[0].id}" if config.sites else "anchor"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        log.warning("backfill: the agent's ledger %s could not be read (%s); its first "
+                    "inspection time is taken from the data", path, exc)
+        return None
+    return None if row is None else datetime.fromtimestamp(float(row[0]), UTC)
+
+
+def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any,
                      publisher: Any) -> list[dict[str, Any]]:
     """The backfill in this process, written in time order: under the calibrated rule one
-    inspection after the other (each p-value needs the history before it), under the engine
-    rule ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
-    from monitor.fleet.backfill import MAX_BATCH
+    inspection after the other (each p-value needs the history before it), the agent's
+    silent times observed and not written (``plan``: a
+    :class:`~monitor.fleet.backfill.BackfillPlan`), under the engine rule
+    ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
+    from monitor.fleet.backfill import MAX_BATCH, observe
     from monitor.progress import progress_bar
 
+    times = plan.times
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
         if inspector.calibrated and times else None
     results: list[dict[str, Any]] = []
-    with progress_bar(total=len(times), desc="backfill", unit="insp") as bar:
+    with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
         step = 1 if tracker is not None else MAX_BATCH
         for start in range(0, len(times), step):
             chunk = times[start:start + step]
@@ -439,8 +516,10 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, times: list[Any], o
                 outcomes = inspector.run_many(chunk, read)
             else:
                 outcomes = [inspector.run(chunk[0], read, tracker.history_at(chunk[0]))]
-                tracker.observe(outcomes[0].result, read)
+                observe(tracker, outcomes[0].result, read, chunk[0] in plan.probes)
             for t, outcome in zip(chunk, outcomes, strict=True):
+                if t not in plan.emit:
+                    continue
                 result = outcome.result
                 out.write(json.dumps(result, allow_nan=False) + "\n")
                 out.flush()
@@ -478,7 +557,7 @@ def _backfill_site_args(args: argparse.Namespace) -> list[argparse.Namespace]:
     return [argparse.Namespace(**{**vars(args), "site": site.id}) for site in sites]
 
 
-def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> Any:
+def _site_backfill(config: Any, inspector: Any, read: Any, plan: Any) -> Any:
     """A site's :class:`~monitor.fleet.backfill.SiteBackfill` (``config``: one site's one-shot
     config). A database the workers can query themselves (a source config that can be
     narrowed to a site, ``for_site``: InfluxDB) is read by the workers, narrowed to the
@@ -494,7 +573,8 @@ def _site_backfill(config: Any, inspector: Any, read: Any, times: list[Any]) -> 
         site = one_site(config)
         source = config.source if site is None else narrow(site.id, site.sensors)
     tracker = SiteTracker(inspector, build_incidents(config)) if inspector.calibrated else None
-    return SiteBackfill(inspector, times, read, source=source, tracker=tracker)
+    return SiteBackfill(inspector, plan.times, read, source=source, tracker=tracker,
+                        emit=plan.emit, probes=plan.probes)
 
 
 def _backfill_on(executor: Any, sites: list[Any], out: Any,
@@ -511,7 +591,7 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any,
         if site.tracker is not None and site.times:
             backfill_history(site, history_times(site.inspector, site.times[0]), executor)
     results: list[dict[str, Any]] = []
-    with progress_bar(total=sum(len(s.times) for s in sites), desc="backfill",
+    with progress_bar(total=sum(s.n_emitted for s in sites), desc="backfill",
                       unit="insp") as bar:
 
         def emit(result: dict[str, Any]) -> None:

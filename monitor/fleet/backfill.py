@@ -20,6 +20,15 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   independent of each other.
 * Incidents are advanced by the tracker as results are observed, in time order, never on
   a worker.
+* The agent's own decisions (:func:`plan_backfill`): under the calibrated rule a backfill
+  replays the agent's schedule from the agent's first inspection time (its anchor) up to
+  the last time asked for; the times before ``--start``, and the schedule's times between
+  the ones asked for, are inspected and observed *silently* (their results are not
+  written), so the history and the incident at each written time are the ones the agent
+  had there. A time asked for that is not on the agent's schedule (``--every`` off its
+  grid) is a *probe*: inspected with the history the agent had then, and its incident block
+  is the one an observation would give, on a copy of the tracker: it never changes the
+  agent's state.
 * The calibration history before the first time is computed as
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
   each time's statistic computed by :func:`~monitor.fleet.jobs.run_detect` on the executor.
@@ -69,17 +78,69 @@ if TYPE_CHECKING:
 
     from monitor.decision.tracker import SiteTracker
     from monitor.inspection import Inspector, ReadWindow
+    from monitor.schedule import InspectionPlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_BATCH", "SiteBackfill", "backfill_history", "batch_size", "capacity",
-           "run_backfill"]
+__all__ = ["MAX_BATCH", "BackfillPlan", "SiteBackfill", "backfill_history", "batch_size",
+           "capacity", "observe", "plan_backfill", "run_backfill"]
 
 OnResult = Callable[[dict[str, Any]], None]
 
 #: Engine-rule inspections of one site fitted together (one InspectionBatch, one
 #: ``fit_many``); small enough that results, and the progress bar, come every few seconds.
 MAX_BATCH = 24
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    """The times one site's backfill inspects: ``times`` in order; ``emit``, the ones
+    written (the rest are the agent's silent times); ``probes``, the ones not on the
+    agent's schedule (inspected with the agent's state, never observed into it)."""
+
+    times: list[datetime]
+    emit: frozenset[datetime]
+    probes: frozenset[datetime] = frozenset()
+
+    @property
+    def silent(self) -> int:
+        return len(self.times) - len(self.emit)
+
+
+def plan_backfill(outputs: Sequence[datetime], schedule: InspectionPlan | None,
+                  anchor: datetime | None) -> BackfillPlan:
+    """What a backfill inspects to write ``outputs`` (the times asked for, in order).
+
+    ``schedule`` (the agent's, calibrated rule; None under the engine rule: the outputs
+    alone, inspections being independent) and ``anchor`` (the agent's first inspection
+    time; None when it cannot be known: the agent is taken to start at the first output):
+    every schedule time from the first one at or after the anchor up to the last output
+    is inspected and observed, as the agent did. Outputs before the agent's first time
+    are inspected and observed as by an agent that started there; outputs off the
+    schedule are probes.
+    """
+    outputs = sorted(outputs)
+    if schedule is None or not outputs:
+        return BackfillPlan(list(outputs), frozenset(outputs))
+    first = next(iter(schedule.times(outputs[0] if anchor is None else anchor)), None)
+    last = outputs[-1]
+    agent = set() if first is None or first > last else set(schedule.between(first, last))
+    observed = agent | {t for t in outputs if first is None or t < first}
+    probes = frozenset(t for t in outputs if t not in observed)
+    return BackfillPlan(sorted(observed | probes), frozenset(outputs), probes)
+
+
+def observe(tracker: SiteTracker, result: dict[str, Any], read_window: ReadWindow,
+            probe: bool = False) -> None:
+    """``tracker.observe(result)``; a probe (a time off the agent's schedule) is observed
+    on a copy, so its result gets the incident block the agent would have given it while
+    the agent's history and incident stay as they were."""
+    if probe:
+        import copy
+
+        memo = {id(tracker.inspector): tracker.inspector, id(tracker.incidents): tracker.incidents}
+        tracker = copy.deepcopy(tracker, memo)
+    tracker.observe(result, read_window)
 
 
 @dataclass
@@ -89,7 +150,9 @@ class SiteBackfill:
     ``read_window``: the agent-side window reader (the job then carries the frame);
     ``source``: a window source's connector config that workers read themselves instead
     (InfluxDB); ``tracker``: the site's history and incident (calibrated rule), None under
-    the engine rule.
+    the engine rule. ``emit``: the times whose results are written (None: all; the others
+    are observed silently); ``probes``: times observed on a copy of the tracker
+    (:class:`BackfillPlan`).
     """
 
     inspector: Inspector
@@ -97,11 +160,21 @@ class SiteBackfill:
     read_window: ReadWindow
     source: BaseModel | None = None
     tracker: SiteTracker | None = None
+    emit: frozenset[datetime] | None = None
+    probes: frozenset[datetime] = frozenset()
     settings: InspectorSettings = field(init=False)
 
     def __post_init__(self) -> None:
         self.times = sorted(self.times)
         self.settings = InspectorSettings.of(self.inspector)
+
+    def emits(self, i: int) -> bool:
+        """Whether the result of the i-th time is written."""
+        return self.emit is None or self.times[i] in self.emit
+
+    @property
+    def n_emitted(self) -> int:
+        return sum(self.emits(i) for i in range(len(self.times)))
 
     def job(self, i: int) -> InspectionJob:
         """The job of the i-th time, with its history (taken now: call when it is ready)."""
@@ -232,8 +305,8 @@ Unit = tuple[int, int, int]  # (site index, index of its first time, one past it
 def run_backfill(sites: Sequence[SiteBackfill], executor: Executor, on_result: OnResult,
                  *, max_in_flight: int | None = None, batch: int | None = None) -> int:
     """Run every site's inspections on ``executor``; ``on_result(result)`` is called once
-    per inspection, in time order (ties: in the order of ``sites``), after its site's
-    tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
+    per written inspection (:attr:`SiteBackfill.emit`), in time order (ties: in the order
+    of ``sites``), after its site's tracker observed it (incident attached). ``batch``: times per engine-rule job (None:
     :func:`batch_size`; 1: one job per time). A :class:`RenewableExecutor` (the one
     :func:`backfill_history` ran on) replaces a local process pool that breaks (a process
     died); its caller closes it. Returns the number of results.
@@ -267,7 +340,8 @@ class _Backfill:
         self.retry: list[Unit] = []  # units to send again (first)
         self.deaths = WorkerDeaths()  # units whose worker died; suspects run alone
         self.order = sorted(((t, k, i) for k, s in enumerate(sites)
-                             for i, t in enumerate(s.times)), key=lambda x: (x[0], x[1]))
+                             for i, t in enumerate(s.times) if s.emits(i)),
+                            key=lambda x: (x[0], x[1]))
         self.ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # not emitted
         self.emitted = 0
         self.pending: dict[Future[Any], Unit] = {}
@@ -395,10 +469,12 @@ class _Backfill:
     def _observe_and_emit(self) -> None:
         for k, s in enumerate(self.sites):  # observe each site's results in time order
             while self.observed[k] in self.done[k]:
-                result = self.done[k].pop(self.observed[k])
+                i = self.observed[k]
+                result = self.done[k].pop(i)
                 if s.tracker is not None:
-                    s.tracker.observe(result, s.read_window)
-                self.ready_out[k][self.observed[k]] = result
+                    observe(s.tracker, result, s.read_window, s.times[i] in s.probes)
+                if s.emits(i):
+                    self.ready_out[k][i] = result
                 self.observed[k] += 1
         while self.emitted < len(self.order):  # emit in global time order
             _, k, i = self.order[self.emitted]

@@ -1,0 +1,113 @@
+"""A backfill replays the agent's decisions (docs/cli.md, backfill): its times lie on the
+site's schedule, and the history and incidents at each time are the ones an agent that
+inspected from its first inspection time had there, wherever ``--start`` is.
+
+The end-to-end comparison with a real ``mmdwatch run`` is
+tests/integration/test_backfill_equals_agent.py; here: the plan of times, a probe that
+leaves the agent's state alone, and a backfill from the middle of a stream against one from
+its first inspection time, inline and on an executor.
+"""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitor.cli import main
+from monitor.demo.simulate import Scenario, simulate, write_csv
+from monitor.fleet.backfill import plan_backfill
+from monitor.schedule import InspectionPlan
+from tests.integration.test_backfill_equals_agent import compare
+
+HOUR = timedelta(hours=1)
+
+
+def _t(day: int, hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 1, day, hour, minute, tzinfo=UTC)
+
+
+def test_plan_replays_the_schedule_from_the_anchor_silently():
+    hourly = InspectionPlan(every=HOUR)
+    outputs = hourly.between(_t(12, 0, 25), _t(12, 5))  # on the hour: 01:00 .. 05:00
+    plan = plan_backfill(outputs, hourly, anchor=_t(11, 0))
+    assert plan.times == hourly.between(_t(11, 0), _t(12, 5))
+    assert plan.emit == frozenset(outputs) and len(outputs) == 5
+    assert plan.silent == 24 + 1 and not plan.probes
+
+
+def test_plan_every_2h_keeps_the_hours_between_and_probes_times_off_the_schedule():
+    hourly = InspectionPlan(every=HOUR)
+    two = InspectionPlan(every=2 * HOUR, start=_t(12, 0)).between(_t(12, 0), _t(12, 6))
+    plan = plan_backfill(two, hourly, anchor=_t(12, 0))
+    assert plan.times == hourly.between(_t(12, 0), _t(12, 6)) and not plan.probes
+    assert sorted(plan.emit) == [_t(12, 0), _t(12, 2), _t(12, 4), _t(12, 6)]
+    off = InspectionPlan(every=2 * HOUR, start=_t(12, 0, 30)).between(_t(12, 0, 30),
+                                                                      _t(12, 4, 30))
+    plan = plan_backfill(off, hourly, anchor=_t(12, 0))
+    assert plan.probes == frozenset(off)  # 00:30, 02:30, 04:30: not the agent's times
+    assert set(plan.times) == set(hourly.between(_t(12, 0), _t(12, 4, 30))) | set(off)
+
+
+def test_plan_before_the_anchor_and_without_one_starts_at_start():
+    hourly = InspectionPlan(every=HOUR)
+    outputs = hourly.between(_t(12, 0), _t(12, 3))
+    early = plan_backfill(outputs, hourly, anchor=_t(12, 2))  # asked before the agent began
+    assert early.times == outputs and not early.probes
+    assert plan_backfill(outputs, hourly, anchor=None).times == outputs
+    engine = plan_backfill(outputs, None, anchor=_t(11, 0))  # engine rule: no replay
+    assert engine.times == outputs and engine.silent == 0
+
+
+def test_a_probe_leaves_the_agents_history_and_incident_alone():
+    from monitor.compose import build_incidents, build_inspector
+    from monitor.config import validate_config
+    from monitor.decision.tracker import SiteTracker
+    from monitor.fleet.backfill import observe
+
+    config = validate_config({"site": "s", "source": {"type": "file", "path": "x.csv"}})
+    tracker = SiteTracker(build_inspector(config), build_incidents(config))
+    result = {"inspection_time": "2026-01-12T00:30:00Z", "status": "ok",
+              "detection": {"value": 1.5, "p_value": 0.5, "level": 0.001}}
+    observe(tracker, dict(result), lambda a, b: None, probe=True)
+    assert tracker.history == {} and tracker.incident is None
+    observe(tracker, dict(result), lambda a, b: None)
+    assert list(tracker.history.values()) == [1.5]
+
+
+def _backfill(path, out, *args: str) -> list[dict]:
+    assert main(["backfill", "--data", str(path), "--out", str(out), *args]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_backfill_from_the_middle_equals_one_from_the_first_inspection(tmp_path):
+    """The stream starts 01-05, so its agent inspects hourly from 01-12 00:00 (first
+    reading + 7 d), calibrates from 01-16 15:00 (4 days of history whose after windows
+    ended), and fires on the change of 01-17 06:00."""
+    frame, _ = simulate(Scenario(n_sensors=6, days=14, step="30min",
+                                 change_at="2026-01-17T06:00:00Z", changes={"s04": -1.5}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    end = "2026-01-18T07:00:00Z"
+    whole = _backfill(path, tmp_path / "whole.jsonl", "--start", "2026-01-12T00:00:00Z",
+                      "--end", end)
+    agent = {r["inspection_time"]: r for r in whole}
+    assert len(whole) == 6 * 24 + 8
+    assert whole[0]["status"] == "calibrating"
+    assert agent["2026-01-16T15:00:00Z"]["status"] != "calibrating"
+    assert any((r.get("incident") or {}).get("event") == "opened" for r in whole)
+    # mid-run, off the hour: the times on the hour, the agent's history and incidents
+    middle = _backfill(path, tmp_path / "middle.jsonl", "--start", "2026-01-16T08:25:00Z",
+                       "--end", end)
+    assert [r["inspection_time"] for r in middle] == sorted(t for t in agent
+                                                            if t >= "2026-01-16T09")
+    assert not compare(agent, middle)
+    # --every 2h: a subset of the agent's times, with the agent's hourly history
+    two = _backfill(path, tmp_path / "two.jsonl", "--start", "2026-01-16T10:00:00Z",
+                    "--end", end, "--every", "2h")
+    assert len(two) == 23 and not compare(agent, two)
+    # on an executor (jobs in dependency order): the same
+    inline = _backfill(path, tmp_path / "inline.jsonl", "--start", "2026-01-16T08:25:00Z",
+                       "--end", end, "--cluster", "inline")
+    assert not compare(agent, inline) and len(inline) == len(middle)
