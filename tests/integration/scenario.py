@@ -142,6 +142,27 @@ class AgentProcess:
             time.sleep(0.05)
         return False
 
+    def wait_for_results(self, results_file: Path, final: Any, timeout: float = 600.0,
+                         poll: float = 1.0) -> list[dict[str, Any]]:
+        """The agent's finished results once one at inspection time ``final`` (a
+        pd.Timestamp, UTC) or later is written; fails with the log's tail when the agent
+        dies or ``timeout`` passes first."""
+        import pandas as pd
+
+        from tests.results_file import read_results
+
+        deadline = time.monotonic() + timeout
+        results: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            if results_file.exists():
+                results = read_results(results_file)
+                if results and pd.Timestamp(results[-1]["inspection_time"]) >= final:
+                    return results
+            assert self.proc.poll() is None, self.log_text()[-3000:]
+            time.sleep(poll)
+        raise AssertionError(f"no result at {final} within {timeout:.0f} s\n"
+                             + self.log_text()[-3000:])
+
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

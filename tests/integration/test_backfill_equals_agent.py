@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pandas as pd
 import pytest
@@ -96,17 +95,7 @@ def test_backfill_from_the_start_and_from_the_middle_equals_the_agent(tmp_path,
         sc.publish_all("127.0.0.1", broker.port, _messages(frame))
         last = pd.Timestamp(frame["timestamp"].max()).tz_localize("UTC")
         final = (last - AFTER).floor("1h") - pd.Timedelta(hours=1)
-        results_file = state / "results.jsonl"
-        deadline = time.monotonic() + 900
-        results: list[dict] = []
-        while time.monotonic() < deadline:
-            results = read_results(results_file)
-            if results and pd.Timestamp(results[-1]["inspection_time"]) >= final:
-                break
-            assert agent.proc.poll() is None, agent.log_text()[-3000:]
-            time.sleep(1)
-        assert results and pd.Timestamp(results[-1]["inspection_time"]) >= final, \
-            agent.log_text()[-3000:]
+        agent.wait_for_results(state / "results.jsonl", final, timeout=900)
     finally:
         agent.stop()
     ran = _by_time(read_results(state / "results.jsonl"))

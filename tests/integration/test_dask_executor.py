@@ -127,7 +127,7 @@ def engine_rule() -> Iterator[tuple[Any, list[datetime], list[dict[str, Any]]]]:
     from monitor.cli import _site_backfill, _window_reader
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.backfill import plan_backfill, run_backfill
     from monitor.fleet.executors import InlineExecutor
 
     config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
@@ -139,7 +139,7 @@ def engine_rule() -> Iterator[tuple[Any, list[datetime], list[dict[str, Any]]]]:
     times = [t0 + timedelta(hours=3 * i) for i in range(6)]
 
     def site() -> Any:
-        return _site_backfill(config, inspector, read, times)
+        return _site_backfill(config, inspector, read, plan_backfill(times, None, None))
 
     reference: list[dict[str, Any]] = []
     run_backfill([site()], InlineExecutor(), reference.append)
@@ -318,7 +318,7 @@ def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_back
     from monitor.compose import build_inspector
     from monitor.config import validate_config
     from monitor.decision.tracker import history_times
-    from monitor.fleet.backfill import backfill_history, run_backfill
+    from monitor.fleet.backfill import backfill_history, plan_backfill, run_backfill
     from monitor.fleet.executors import InlineExecutor, LocalExecutor, RenewableExecutor
 
     config = validate_config({"site": "d1", "source": {"type": "file", "path": str(D1)},
@@ -331,7 +331,7 @@ def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_back
     past = history_times(inspector, t0)
     t_kill = past[4]
     try:
-        inline = _site_backfill(config, inspector, read, times)
+        inline = _site_backfill(config, inspector, read, plan_backfill(times, None, None))
         backfill_history(inline, past, InlineExecutor())
         assert inline.tracker is not None and t_kill in inline.tracker.history
         del inline.tracker.history[t_kill]
@@ -345,7 +345,7 @@ def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_back
             return pools[-1]
 
         executor = RenewableExecutor(pool(), pool)
-        site = _site_backfill(config, inspector, read, times)
+        site = _site_backfill(config, inspector, read, plan_backfill(times, None, None))
         results: list[dict[str, Any]] = []
         try:
             added = backfill_history(site, past, executor)

@@ -98,16 +98,7 @@ class LiveReplay:
                       quiet: float = 4.0) -> list[dict]:
         """The results once one at ``final`` or later is written and no further one came
         for ``quiet`` seconds (every inspection the data completes is done)."""
-        deadline = time.monotonic() + timeout
-        results: list[dict] = []
-        while time.monotonic() < deadline:
-            results = read_results(self.results_file)
-            if results and _utc(results[-1]["inspection_time"]) >= final:
-                break
-            assert self.agent.proc.poll() is None, self.tail()
-            time.sleep(0.5)
-        assert results and _utc(results[-1]["inspection_time"]) >= final, (
-            f"no result at {final} within {timeout}s", self.tail())
+        results = self.agent.wait_for_results(self.results_file, final, timeout, poll=0.5)
         count, since = len(results), time.monotonic()
         while time.monotonic() - since < quiet:
             time.sleep(0.5)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 
 import pandas as pd
 import pytest
 
 from tests.connectors.mqtt_helpers import Subscriber
 from tests.integration import scenario as sc
-from tests.results_file import read_results
 from tests.shared_data import DELAY_DEV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -59,18 +57,7 @@ def test_live_defaults_open_one_incident_after_the_leak(tmp_path, mosquitto_pers
         sc.publish_all("127.0.0.1", broker.port, _messages(frame))
         last = pd.Timestamp(frame["timestamp"].max()).tz_localize("UTC")
         final = (last - pd.Timedelta(hours=16)).floor("1h") - pd.Timedelta(hours=1)
-        results_file = state / "results.jsonl"
-        deadline = time.monotonic() + 900
-        results: list[dict] = []
-        while time.monotonic() < deadline:
-            if results_file.exists():
-                results = read_results(results_file)
-                if results and pd.Timestamp(results[-1]["inspection_time"]) >= final:
-                    break
-            assert agent.proc.poll() is None, agent.log_text()[-3000:]
-            time.sleep(1)
-        assert results and pd.Timestamp(results[-1]["inspection_time"]) >= final, \
-            agent.log_text()[-3000:]
+        results = agent.wait_for_results(state / "results.jsonl", final, timeout=900)
     finally:
         agent.stop()
     after = pd.Timedelta(hours=16)  # the live profile's after window

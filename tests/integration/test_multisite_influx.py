@@ -68,7 +68,7 @@ def test_engine_rule_batches_read_their_windows_from_influxd(tmp_path, influxd):
     from monitor.cli import _site_backfill, _window_reader
     from monitor.compose import build_inspector
     from monitor.config import validate_config
-    from monitor.fleet.backfill import run_backfill
+    from monitor.fleet.backfill import plan_backfill, run_backfill
     from monitor.fleet.executors import InlineExecutor, LocalExecutor
     from tests.integration.test_dask_executor import assert_identical
     from tests.result_contract import check
@@ -88,14 +88,15 @@ def test_engine_rule_batches_read_their_windows_from_influxd(tmp_path, influxd):
     t0 = datetime.fromtimestamp(sc.T_CHANGE, UTC)
     span = [t0 + timedelta(hours=h) for h in range(6)]
     try:
-        site = _site_backfill(config, inspector, read, span)
+        plan = plan_backfill(span, None, None)  # exactly these times
+        site = _site_backfill(config, inspector, read, plan)
         assert site.source is not None  # the workers query influxd, no frame travels
         inline: list[dict] = []
         run_backfill([site], InlineExecutor(), inline.append, batch=1)
         pool = LocalExecutor(2)
         batched: list[dict] = []
         try:
-            run_backfill([_site_backfill(config, inspector, read, span)], pool,
+            run_backfill([_site_backfill(config, inspector, read, plan)], pool,
                          batched.append, batch=3)
         finally:
             pool.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 import urllib.request
 
 import pandas as pd
@@ -19,7 +18,6 @@ import pytest
 
 from monitor.storage.store import NO_TIME_ON_DATA_CLOCK, ReadingStore
 from tests.integration import scenario as sc
-from tests.results_file import read_results
 from tests.servers import free_port
 from tests.shared_data import LTOWN
 
@@ -82,18 +80,7 @@ def test_a_reading_without_time_neither_prunes_nor_errors(tmp_path, mosquitto):
     try:
         assert agent.wait_for_log("MQTT source connected", timeout=60), agent.log_text()[-3000:]
         sc.publish_all("127.0.0.1", mosquitto.port, _messages(frame, inject_at=steps // 2))
-        results_file = state / "results.jsonl"
-        deadline = time.monotonic() + 400
-        results: list[dict] = []
-        while time.monotonic() < deadline:
-            if results_file.exists():
-                results = read_results(results_file)
-                if results and pd.Timestamp(results[-1]["inspection_time"]) >= final:
-                    break
-            assert agent.proc.poll() is None, agent.log_text()[-3000:]
-            time.sleep(1)
-        assert results and pd.Timestamp(results[-1]["inspection_time"]) >= final, \
-            agent.log_text()[-3000:]
+        results = agent.wait_for_results(state / "results.jsonl", final, timeout=400)
         rejected = _rejected(health)
     finally:
         agent.stop()
