@@ -10,6 +10,7 @@ Used through the fixtures in ``tests/conftest.py``; importable directly for benc
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import ssl
@@ -29,19 +30,41 @@ class ServerUnavailable(RuntimeError):
 
 
 _HANDED_OUT: set[int] = set()
+# Server ports come from a band below Linux's ephemeral range (32768-60999), so no client
+# socket's local port can take one between its choice and the server's bind. Each pytest
+# -xdist worker (PYTEST_XDIST_WORKER = gw0, gw1, ...) draws from its own slice of the band,
+# so two test processes never choose the same port.
+_PORT_BAND = (10_000, 32_000)
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    width = (_PORT_BAND[1] - _PORT_BAND[0]) // max(count, 1)
+    low = _PORT_BAND[0] + index * width
+    return range(low, low + width)
 
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now, never the same one twice
-    in a test process: the kernel can give a just-closed port out again, and influxd failed
-    at start-up when its HTTP and RPC ports came out equal ("address already in use")."""
-    while True:
+    in a test process (influxd failed at start-up when its HTTP and RPC ports came out
+    equal: "address already in use"), and never one another xdist worker may choose."""
+    ports = _port_slice()
+    start = random.randrange(len(ports))
+    for k in range(len(ports)):
+        port = ports[(start + k) % len(ports)]
+        if port in _HANDED_OUT:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken by something else on this machine
+        _HANDED_OUT.add(port)
+        return port
+    raise ServerUnavailable(f"no free TCP port left in {ports.start}-{ports.stop - 1}; "
+                            "close the servers earlier tests left running")
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
