@@ -9,6 +9,7 @@ Used through the fixtures in ``tests/conftest.py``; importable directly for benc
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -153,6 +154,28 @@ class _ChildServer:
         self.stop()
 
 
+def _dynamic_security(directory: Path, subscribable: tuple[str, ...]) -> list[str]:
+    """mosquitto.conf lines loading the dynamic-security plugin with a policy under which
+    anonymous clients may subscribe to ``subscribable`` only."""
+    plugins = sorted(Path("/usr/lib").glob("*/mosquitto_dynamic_security.so"))
+    if not plugins:
+        raise ServerUnavailable("mosquitto_dynamic_security.so not found: install the "
+                                "Debian package mosquitto (2.0 or later)")
+    policy = {
+        "defaultACLAccess": {"publishClientSend": True, "publishClientReceive": True,
+                             "subscribe": False, "unsubscribe": True},
+        "clients": [],
+        "groups": [{"groupname": "anonymous", "roles": [{"rolename": "reader"}]}],
+        "roles": [{"rolename": "reader", "acls": [
+            {"acltype": "subscribePattern", "topic": topic, "priority": 0, "allow": True}
+            for topic in subscribable]}],
+        "anonymousGroup": "anonymous",
+    }
+    path = directory / "dynamic-security.json"
+    path.write_text(json.dumps(policy))
+    return [f"plugin {plugins[0]}", f"plugin_opt_config_file {path}"]
+
+
 @dataclass
 class MosquittoServer(_ChildServer):
     """One mosquitto broker on 127.0.0.1.
@@ -167,6 +190,9 @@ class MosquittoServer(_ChildServer):
     password: str | None = None
     tls: SelfSignedCert | None = None
     persistent: bool = False
+    # anonymous clients may subscribe only to these filters, others are refused (SUBACK
+    # 0x80); mosquitto's acl_file cannot refuse a subscription, its dynamic-security plugin can
+    subscribable: tuple[str, ...] | None = None
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
     _proc: subprocess.Popen | None = field(default=None, repr=False)
@@ -204,6 +230,8 @@ class MosquittoServer(_ChildServer):
             lines.append("allow_anonymous true")
         if self.tls is not None:
             lines += [f"certfile {self.tls.cert}", f"keyfile {self.tls.key}"]
+        if self.subscribable is not None:
+            lines += _dynamic_security(self.directory, self.subscribable)
         path = self.directory / "mosquitto.conf"
         path.write_text("\n".join(lines) + "\n")
         return path

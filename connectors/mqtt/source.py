@@ -125,6 +125,9 @@ class MqttSource(StreamSource):
         self._deliver: DeliverFn | None = None
         # health counters (read from other threads; ints are replaced atomically)
         self._connected = False
+        self._subscribed = False
+        # (outage note, session present) from the last CONNACK, logged once subscribed
+        self._connect_note: tuple[str, bool] = ("", False)
         self._session = 0
         self._accepted = 0
         self._messages = 0
@@ -151,6 +154,7 @@ class MqttSource(StreamSource):
                               manual_ack=c.qos > 0, logger=log)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
+        client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
         client.on_connect_error = self._on_connect_error
         self._client = client
@@ -177,6 +181,8 @@ class MqttSource(StreamSource):
     def health(self) -> dict[str, Any]:
         return {
             "connected": self._connected,
+            # the broker confirmed the subscriptions on this connection
+            "subscribed": self._subscribed,
             "accepted": self._accepted,
             "messages": self._messages,
             "rejected": dict(self._rejected),
@@ -208,7 +214,6 @@ class MqttSource(StreamSource):
         self._last_error = None
         subscriptions: list[tuple[str, int]] = [(topic, int(self.config.qos))
                                                 for topic in self.config.topics]
-        client.subscribe(subscriptions)
         outage = ""
         if self._lost_at is not None:
             # how long the agent was away: what a broker without the session lost is
@@ -216,8 +221,28 @@ class MqttSource(StreamSource):
             self.last_outage_s = time.monotonic() - self._lost_at
             outage = f" after {self.last_outage_s:.1f}s away"
             self._lost_at = None
+        # "connected" is said once the broker has confirmed the subscriptions (_on_subscribe):
+        # before that, what a publisher sends does not reach this agent
+        self._connect_note = (outage, bool(flags.session_present))
+        client.subscribe(subscriptions)
+        log.debug("MQTT source: %s accepted the connection; subscribing to %s",
+                  self.config.address, self.config.topics)
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: object, mid: int,
+                      reason_codes: list[mqtt.ReasonCode], properties: object) -> None:
+        refused = [topic for topic, code in zip(self.config.topics, reason_codes, strict=False)
+                   if code.is_failure]
+        if refused:
+            self._last_error = (f"broker {self.config.address} refused the subscription to "
+                                f"{', '.join(refused)}; allow this client "
+                                f"({self.config.client_id}) to read there in the broker's "
+                                f"ACL, or change source.topics")
+            log.error("MQTT source: %s", self._last_error)
+            return
+        outage, session_present = self._connect_note
+        self._subscribed = True
         log.info("MQTT source connected to %s%s (session present: %s), subscribed to %s",
-                 self.config.address, outage, flags.session_present, self.config.topics)
+                 self.config.address, outage, session_present, self.config.topics)
 
     def _on_connect_error(self, exc: BaseException) -> None:
         self._connect_attempts += 1
@@ -230,6 +255,7 @@ class MqttSource(StreamSource):
                        properties: object) -> None:
         was = self._connected
         self._connected = False
+        self._subscribed = False
         if was:
             self._lost_at = time.monotonic()
         if not self._stop.is_set():

@@ -8,6 +8,7 @@ import pytest
 
 from connectors.mqtt import MqttSource
 from tests.connectors.mqtt_helpers import Collected, publish, wait_until
+from tests.servers import MosquittoServer
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def test_accepts_every_payload_format_and_counts_rejections(mosquitto, caplog):
     got = Collected()
     source.start(got)
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         publish(mosquitto, [
             ("sensors/x/n1", json.dumps({"sensor": "n1", "time": "2024-06-01T00:00:00Z",
                                          "value": 1.5})),
@@ -57,7 +58,7 @@ def test_rejection_logs_are_rate_limited(mosquitto, caplog):
     source = _source(mosquitto)
     source.start(Collected())
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         with caplog.at_level(logging.WARNING, logger="connectors.mqtt.source"):
             publish(mosquitto, [("sensors/a", "garbage")] * 50)
             assert wait_until(lambda: source.health()["rejected"].get("invalid_json") == 50)
@@ -71,7 +72,7 @@ def test_persistent_session_keeps_readings_published_while_the_agent_is_down(mos
     first = _source(mosquitto)
     got = Collected()
     first.start(got)
-    assert wait_until(lambda: first.health()["connected"])
+    assert wait_until(lambda: first.health()["subscribed"])
     first.stop()  # subscription and session stay on the broker
     publish(mosquitto, _readings(500))
     second = _source(mosquitto)
@@ -90,7 +91,7 @@ def test_readings_not_committed_are_not_acknowledged_and_come_back(mosquitto):
         raise OSError("disk full (test)")
 
     first.start(store_down)
-    assert wait_until(lambda: first.health()["connected"])
+    assert wait_until(lambda: first.health()["subscribed"])
     publish(mosquitto, _readings(50))
     assert wait_until(lambda: first.health()["deliver_failures"] >= 1)
     first.stop()  # nothing was committed, so nothing was acknowledged
@@ -110,7 +111,7 @@ def test_store_failures_are_retried_without_losing_readings(mosquitto):
     source = _source(mosquitto)
     source.start(got)
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         publish(mosquitto, _readings(100))
         assert wait_until(lambda: len(got.keys()) == 100, timeout=15)
     finally:
@@ -124,7 +125,7 @@ def test_broker_restart_loses_nothing(mosquitto_persistent):
     source = _source(broker, reconnect_min_s=1.0, reconnect_max_s=2.0)
     source.start(got)
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         publish(broker, _readings(100, start=T0))
         assert wait_until(lambda: len(got) == 100)
         broker.restart()
@@ -143,11 +144,12 @@ def test_resubscribes_after_a_broker_that_forgot_the_session(mosquitto):
     source = _source(mosquitto)
     source.start(got)
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         mosquitto.restart()  # no persistence: subscriptions are gone
         # connected again on a NEW session (the broker forgot the old one)
         assert wait_until(lambda: source.health()["sessions"] == 2, timeout=10)
-        assert source.health()["connected"]
+        # and subscribed again: what is published before that goes to nobody
+        assert wait_until(lambda: source.health()["subscribed"])
         publish(mosquitto, _readings(10))
         assert wait_until(lambda: len(got) == 10)
     finally:
@@ -187,9 +189,26 @@ def test_tls_and_password_deliver_readings(mosquitto_tls):
     source = _source(mosquitto_tls)
     source.start(got)
     try:
-        assert wait_until(lambda: source.health()["connected"])
+        assert wait_until(lambda: source.health()["subscribed"])
         publish(mosquitto_tls, _readings(20))
         assert wait_until(lambda: len(got) == 20)
     finally:
         source.stop()
 
+
+
+def test_a_refused_subscription_is_a_clear_error_not_connected(tmp_path, caplog):
+    # anonymous clients may read sensors/# only: the second filter is refused (SUBACK 0x80)
+    broker = MosquittoServer(tmp_path / "mosquitto", subscribable=("sensors/#",)).start()
+    source = _source(broker, topics=["sensors/#", "scada/#"])
+    source.start(Collected())
+    try:
+        assert wait_until(lambda: source.health()["last_error"] is not None, timeout=10)
+        health = source.health()
+    finally:
+        source.stop()
+        broker.stop()
+    assert health["connected"] and not health["subscribed"]
+    assert "refused the subscription to scada/#" in health["last_error"]
+    assert "ACL" in health["last_error"] and "test-agent" in health["last_error"]
+    assert "MQTT source connected" not in caplog.text  # never said while not subscribed
