@@ -1,6 +1,8 @@
 """What a site's decisions remember between inspections: the calibration history of the
-detection statistic and the open incident with its frozen reference. In memory; the agent
-persists both in its state database with each result, ``backfill`` keeps them for one run.
+detection statistic, the open incident with its frozen reference, and the memory of the
+last incident (the quarantine after it, the sensors an ack accepted). In memory; the agent
+persists all three in its state database with each result, ``backfill`` keeps them for
+one run.
 
 The history holds only inspections judged normal (docs/decision.md, "Calibration
 history"): none while an incident is open or within ``local_level`` (a day) after it
@@ -58,6 +60,22 @@ class SiteTracker:
         self.incident = incident
         self.quarantine_until: datetime | None = None  # no history before this time
         self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
+
+    def memory(self) -> dict[str, Any]:
+        """What the decision holds besides the history and the open incident, as JSON: the
+        end of the quarantine after the last incident and the sensors its ack accepted.
+        Saved with each result, so a restart neither lets the change just accepted reopen
+        an incident nor lets the sliding window's change into the history."""
+        return {"quarantine_until": None if self.quarantine_until is None
+                else iso(self.quarantine_until),
+                "accepted": sorted(self.accepted)}
+
+    def restore(self, memory: dict[str, Any] | None) -> None:
+        """Take back what :meth:`memory` saved (None or ``{}``: nothing to remember)."""
+        memory = memory or {}
+        until = memory.get("quarantine_until")
+        self.quarantine_until = None if until is None else parse_time(until)
+        self.accepted = set(memory.get("accepted") or ())
 
     def history_at(self, t: datetime) -> np.ndarray:
         """Values whose after window ended by ``t`` and that lie within the history span."""

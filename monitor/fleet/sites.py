@@ -55,12 +55,14 @@ class Ledger(Protocol):
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
                           incident: dict[str, Any] | None | bool = False,
-                          applied_acks: Sequence[int] = ()) -> None: ...
+                          applied_acks: Sequence[int] = (),
+                          memory: dict[str, Any] | None = None) -> None: ...
     def pending_acks(self) -> list[Ack]: ...
     def add_history(self, values: list[tuple[float, float]]) -> None: ...
     def history(self, since: float) -> list[tuple[float, float]]: ...
     def prune_history(self, before: float) -> None: ...
     def open_incident(self) -> dict[str, Any] | None: ...
+    def decision_memory(self) -> dict[str, Any] | None: ...
 
 
 class SiteRouter:
@@ -235,9 +237,10 @@ class SiteRunner:
 
     # -- inspections ---------------------------------------------------------------------
     def prepare_history(self, first: datetime) -> None:
-        """Load the calibration history and the open incident from the state database; on
-        a first start, compute the history from what the source already holds (an
-        InfluxDB with two weeks of data calibrates the first inspection)."""
+        """Load the calibration history, the open incident and the decision's memory (the
+        quarantine after the last incident, the sensors an ack accepted) from the state
+        database; on a first start, compute the history from what the source already holds
+        (an InfluxDB with two weeks of data calibrates the first inspection)."""
         assert self.tracker is not None
         span = self.inspector.decision.calibration.history
         rows = self.state.history((first - span).timestamp())
@@ -255,6 +258,7 @@ class SiteRunner:
             from monitor.decision.incidents import Incident
 
             self.tracker.incident = Incident.from_dict(saved)
+        self.tracker.restore(self.state.decision_memory())
         self.history_ready = True
 
     def history_at(self, t: datetime) -> Any:
@@ -296,7 +300,8 @@ class SiteRunner:
         self.state.commit_inspection(t.timestamp(), result, statistic=kept,
                                      incident=None if incident is None
                                      else incident.to_state(),
-                                     applied_acks=[a.id for a in acks])
+                                     applied_acks=[a.id for a in acks],
+                                     memory=self.tracker.memory())
         return event
 
     def prune_history(self, last: float) -> None:

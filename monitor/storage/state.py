@@ -10,10 +10,12 @@ runs again and produces the same fingerprint).
 * outbox: one row per result not yet confirmed by every sink, with the set of sinks that
   did confirm it. A row leaves only when every configured sink confirmed.
 * sites: a multi-site agent keeps each site's ledger in ``site_done`` and its calibration
-  history in ``site_history`` (keyed by site and time), and its anchor and open incident
-  under the meta keys ``anchor:<site>`` / ``incident:<site>``; :meth:`AgentState.for_site`
-  gives one site's view. A single-site agent uses ``done``, ``history``, ``anchor`` and
-  ``incident`` as before, so its state files stay as they were. One outbox serves all.
+  history in ``site_history`` (keyed by site and time), and its anchor, open incident and
+  decision memory under the meta keys ``anchor:<site>`` / ``incident:<site>`` /
+  ``memory:<site>``; :meth:`AgentState.for_site` gives one site's view. A single-site agent
+  uses ``done``, ``history``, ``anchor``, ``incident`` and ``memory``, so its state files
+  stay as they were (``memory`` is a meta key added by later versions). One outbox serves
+  all.
 * ``published``: the fingerprints that the one-shot commands (``inspect --publish``,
   ``backfill --publish``) put in the outbox. They never touch the ledger, so a backfill
   does not move the agent's schedule or calibration history; :meth:`AgentState.publish`
@@ -197,20 +199,23 @@ class AgentState:
                           statistic: float | None = None,
                           incident: dict[str, Any] | None | bool = False,
                           site: str | None = None,
-                          applied_acks: Sequence[int] = ()) -> None:
+                          applied_acks: Sequence[int] = (),
+                          memory: dict[str, Any] | None = None) -> None:
         """Mark inspection ``t`` done and queue its result, atomically. Idempotent: a result
         already queued (same fingerprint) keeps its delivery state.
 
         In the same transaction: ``statistic`` joins the calibration history,
         ``incident`` (a dict, or None for "no open incident"; False leaves it as it is)
-        becomes the open incident, and the acks ``applied_acks`` are marked applied at
-        ``t`` (as :meth:`mark_ack_applied`), so an ack is used up exactly when the result
-        that applied it is recorded. ``site``: the site of a multi-site agent (its own
-        ledger rows), None for a single-site agent."""
+        becomes the open incident, ``memory`` (a dict; None leaves it as it is) becomes the
+        decision's memory (:meth:`decision_memory`), and the acks ``applied_acks`` are
+        marked applied at ``t`` (as :meth:`mark_ack_applied`), so an ack is used up exactly
+        when the result that applied it is recorded. ``site``: the site of a multi-site
+        agent (its own ledger rows), None for a single-site agent."""
         fp = result["fingerprint"]
         payload = json.dumps(result, separators=(",", ":"), allow_nan=False)
         now = time.time()
         key = "incident" if site is None else f"incident:{site}"
+        memory_key = "memory" if site is None else f"memory:{site}"
 
         def write(c: sqlite3.Connection) -> None:
             c.execute("INSERT INTO outbox(fingerprint, inspection_time, created_at, result) "
@@ -232,6 +237,10 @@ class AgentState:
             elif incident is not False:
                 c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
                           "DO UPDATE SET value = excluded.value", (key, json.dumps(incident)))
+            if memory is not None:
+                c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                          "DO UPDATE SET value = excluded.value",
+                          (memory_key, json.dumps(memory)))
             if applied_acks:
                 self._mark_applied(c, applied_acks, t, now)
 
@@ -307,6 +316,12 @@ class AgentState:
 
     def open_incident(self, site: str | None = None) -> dict[str, Any] | None:
         raw = self.get_meta("incident" if site is None else f"incident:{site}")
+        return None if raw is None else json.loads(raw)
+
+    def decision_memory(self, site: str | None = None) -> dict[str, Any] | None:
+        """The decision's memory saved with the last result (``SiteTracker.memory``): the
+        quarantine after the last incident and the sensors its ack accepted; None if none."""
+        raw = self.get_meta("memory" if site is None else f"memory:{site}")
         return None if raw is None else json.loads(raw)
 
     def open_incidents(self) -> list[tuple[str | None, dict[str, Any]]]:
@@ -452,9 +467,11 @@ class SiteState:
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: float | None = None,
                           incident: dict[str, Any] | None | bool = False,
-                          applied_acks: Sequence[int] = ()) -> None:
+                          applied_acks: Sequence[int] = (),
+                          memory: dict[str, Any] | None = None) -> None:
         self.state.commit_inspection(t, result, statistic=statistic, incident=incident,
-                                     site=self.site, applied_acks=applied_acks)
+                                     site=self.site, applied_acks=applied_acks,
+                                     memory=memory)
 
     def add_history(self, values: list[tuple[float, float]]) -> None:
         self.state.add_history(values, self.site)
@@ -467,6 +484,9 @@ class SiteState:
 
     def open_incident(self) -> dict[str, Any] | None:
         return self.state.open_incident(self.site)
+
+    def decision_memory(self) -> dict[str, Any] | None:
+        return self.state.decision_memory(self.site)
 
     def add_ack(self, incident_id: str, *, by: str, via: str, note: str = "",
                 at: float | None = None) -> int:

@@ -88,7 +88,7 @@ class Subscriber:
             (m.topic, m.payload, bool(m.retain)))
         self._client.connect(server.client_kwargs()["host"], server.port)
         self._client.loop_start()
-        assert self._ready.wait(5), "subscription not acknowledged"
+        assert self._ready.wait(30), "subscription not acknowledged"
 
     def on(self, topic: str) -> list[tuple[bytes, bool]]:
         return [(p, r) for t, p, r in list(self.messages) if t == topic]

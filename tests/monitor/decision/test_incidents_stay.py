@@ -154,3 +154,88 @@ def test_a_firing_value_and_a_pre_alert_value_stay_out_of_the_history() -> None:
     assert tracker.observe(result(3, "firing", 1e-5))[0] is None
     assert tracker.observe(result(4, "ok", 0.5))[0] is None  # an incident is open
     assert np.isfinite(list(tracker.history.values())).all()
+
+
+class _FrameWindows:
+    """A site's windows over one frame (the agent's store, as SiteRunner reads it)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self._read = cached_reader(frame)
+        self._frame = frame
+
+    def read_window(self, start: pd.Timestamp, end: pd.Timestamp, *,
+                    resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
+        return self._read(start, end)
+
+    def watermark(self) -> pd.Timestamp:
+        return pd.Timestamp(self._frame["time"].max())
+
+
+def _agent_replay(frame: pd.DataFrame, path: Any, ack_at: datetime, incident_id: str,
+                  restart_at: datetime | None = None, forget: bool = False
+                  ) -> tuple[list[dict[str, Any]], list[datetime]]:
+    """The agent's own path (SiteRunner over a real state database), hourly, with an ack
+    of ``incident_id`` at ``ack_at`` and a restart at ``restart_at``: a new runner and
+    tracker that know only what the state database kept (``forget``: without the decision's
+    memory, as before it was saved). Returns the results and the history's times."""
+    from monitor.fleet.sites import SiteRunner
+    from monitor.schedule import InspectionPlan
+    from monitor.storage.state import AgentState
+
+    config = validate_config({"site": "sim", "source": {"type": "file", "path": "x.csv"},
+                              "decision": {"min_history": "2d"}})
+
+    def runner(state: AgentState) -> SiteRunner:
+        inspector = _inspector()
+        return SiteRunner(inspector=inspector, windows=_FrameWindows(frame), state=state,
+                          plan=InspectionPlan.from_config(config.schedule),
+                          tracker=SiteTracker(inspector, IncidentSettings()))
+
+    state = AgentState(path)
+    site = runner(state)
+    last = frame["time"].max().to_pydatetime() - site.inspector.spec.after
+    results = []
+    t = datetime(2026, 1, 15, tzinfo=UTC)
+    while t <= last:
+        if t == restart_at:
+            state.close()
+            state = AgentState(path)
+            if forget:
+                state._tx(lambda c: c.execute("DELETE FROM meta WHERE key = 'memory'"))
+            site = runner(state)
+        if t == ack_at:
+            state.add_ack(incident_id, by="alice", via="cli")
+        result = site.run(t).result
+        site.commit(t, result)
+        results.append(result)
+        t += HOUR
+    history = [datetime.fromtimestamp(th, UTC) for th, _ in state.history(0)]
+    state.close()
+    return results, history
+
+
+def test_a_restart_after_an_ack_keeps_the_decisions_memory(persistent, tmp_path) -> None:
+    """The quarantine after an incident and the sensors its ack accepted are saved with
+    each result: an agent restarted two hours after the ack decides as one that ran on,
+    while one that forgot them lets the sliding window's change into the history."""
+    incident_id = _events(persistent[1])[0][2]["id"]
+    at = datetime(2026, 1, 19, 12, tzinfo=UTC)
+    quarantine = [at + k * HOUR for k in range(24)]  # local_level: a day
+    frame = _frame()
+
+    def replay(name: str, **restart: Any) -> tuple[list[tuple[Any, ...]], list[datetime]]:
+        results, history = _agent_replay(frame, tmp_path / f"{name}.sqlite", at,
+                                         incident_id, **restart)
+        return [(r["inspection_time"], r["status"], r["fingerprint"],
+                 (r.get("detection") or {}).get("p_value"), r.get("incident"))
+                for r in results], history
+
+    ran_on, history = replay("ran-on")
+    kinds = [inc["event"] for *_, inc in ran_on if inc and inc["event"]]
+    assert [k for k in kinds if k != "updated"] == ["opened", "resolved"], kinds
+    assert not set(quarantine) & set(history)
+    assert replay("restarted", restart_at=at + 2 * HOUR) == (ran_on, history)
+    forgot, forgot_history = replay("forgot", restart_at=at + 2 * HOUR, forget=True)
+    assert set(quarantine) & set(forgot_history), \
+        "forgetting the memory changed nothing: the test proves nothing"
+    assert forgot != ran_on  # and, through the history, the later p-values

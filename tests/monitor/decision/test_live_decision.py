@@ -170,9 +170,18 @@ def test_history_and_open_incident_are_committed_with_the_result(tmp_path):
                             incident=False)  # False: the incident row is left as it is
     assert state.history(t0) == [(t0, 1.5)]
     assert state.open_incident() == incident
+    memory = {"quarantine_until": "2024-01-02T02:00:00Z", "accepted": ["a"]}
     state.commit_inspection(t0 + 7200, {"fingerprint": "f2", "status": "ok"}, statistic=2.0,
-                            incident=None)  # None: no incident open any more
+                            incident=None,  # None: no incident open any more
+                            memory=memory)
     assert state.open_incident() is None
+    assert state.decision_memory() == memory
+    state.commit_inspection(t0 + 10800, {"fingerprint": "f3", "status": "ok"})
+    assert state.decision_memory() == memory  # None: left as it is
+    site = state.for_site("dma-north")  # a multi-site agent's own key
+    assert site.decision_memory() is None
+    site.commit_inspection(t0, {"fingerprint": "g0", "status": "ok"}, memory={"accepted": []})
+    assert site.decision_memory() == {"accepted": []} and state.decision_memory() == memory
     state.prune_history(t0 + 1)
     assert state.history(0) == [(t0 + 7200, 2.0)]
     state.close()
