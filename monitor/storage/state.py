@@ -162,9 +162,12 @@ class AgentState:
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self._tx(lambda c: c.execute(
-            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-            "value = excluded.value", (key, value)))
+        self._tx(lambda c: self._put_meta(c, key, value))
+
+    @staticmethod
+    def _put_meta(c: sqlite3.Connection, key: str, value: str) -> None:
+        c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                  "value = excluded.value", (key, value))
 
     def for_site(self, site: str) -> SiteState:
         """One site's ledger, history, anchor and incident in a multi-site agent."""
@@ -235,12 +238,9 @@ class AgentState:
             if incident is None:
                 c.execute("DELETE FROM meta WHERE key = ?", (key,))
             elif incident is not False:
-                c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                          "DO UPDATE SET value = excluded.value", (key, json.dumps(incident)))
+                self._put_meta(c, key, json.dumps(incident))
             if memory is not None:
-                c.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
-                          "DO UPDATE SET value = excluded.value",
-                          (memory_key, json.dumps(memory)))
+                self._put_meta(c, memory_key, json.dumps(memory))
             if applied_acks:
                 self._mark_applied(c, applied_acks, t, now)
 
