@@ -54,7 +54,7 @@ bench: install system-deps
 	$(PY) -m bench.ingest_load
 	$(PY) -m bench.false_alarms --inspections 200 --blocks none 1d
 	$(PY) -m bench.leak_delay --null-seeds 4
-	$(PY) -m bench.engine_on_residuals --scenario dev-cycle
+	$(PY) -m bench.engine_on_residuals
 	$(PY) -m bench.fleet
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in

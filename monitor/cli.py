@@ -45,6 +45,9 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
                    "(default 30d)")
     p.add_argument("--min-history", metavar="DUR",
                    help="live profile: calibration history needed before the first alert")
+    p.add_argument("--engine-weight", type=float, metavar="W",
+                   help="live profile: the engine part's share of the alert level "
+                   "(default 0.35; 0: the level statistic alone, no engine fit)")
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
     p.add_argument("--after", metavar="DUR",
                    help="after window length (default 16h; 7d in the retrospective profile)")
@@ -166,7 +169,7 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
                         ("device", engine)):
         if getattr(args, key) is not None:
             target[key] = getattr(args, key)
-    for key in ("false_incident_interval", "min_history"):
+    for key in ("false_incident_interval", "min_history", "engine_weight"):
         if getattr(args, key) is not None:
             raw.setdefault("decision", {})[key] = getattr(args, key)
     if args.block_size is not None:

@@ -69,7 +69,9 @@ def build_decision(config: MonitorConfig) -> DecisionSettings:
     calibration = CalibrationSettings(false_incident_interval=d.false_incident_interval,
                                       inspection_interval=inspection_interval(config),
                                       min_history=d.min_history, history=d.history)
-    return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration)
+    return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration,
+                            engine_weight=d.engine_weight,
+                            engine_rows=max(4, int(d.engine_rows / resample)))
 
 
 def build_inspector(config: MonitorConfig) -> Inspector:

@@ -162,11 +162,18 @@ class DecisionConfig(_Section):
     common_modes: int = Field(1, ge=0, le=10, description="network-wide modes removed")
     weekly_profile: bool = True
     top_k: int = Field(1, ge=1, description="sensors the statistic averages over")
+    engine_weight: float = Field(
+        0.35, ge=0.0, le=0.9,
+        description="the engine part's share of the alert level (weighted Bonferroni with "
+        "the level part; 0: the level part alone, no engine fit per inspection)")
+    engine_rows: Duration = Field(timedelta(hours=24),
+                                  description="latest part of the before window the engine "
+                                  "compares with the after window")
 
     @model_validator(mode="after")
     def _positive(self) -> DecisionConfig:
         for name in ("false_incident_interval", "min_history", "history", "resolve_after",
-                     "local_level"):
+                     "local_level", "engine_rows"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"decision.{name} must be positive, e.g. 30d or 24h")
         if self.history < self.min_history:

@@ -13,12 +13,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.timeutil import format_duration, iso
 from engine.live.calibration import CalibrationSettings, TailFit
+from engine.live.engine_power import ENGINE_ROWS, ENGINE_STATISTIC, ENGINE_WEIGHT
 from engine.live.residual_shift import STATISTIC, DetectorSettings
 from monitor.names import DEFAULT_METHOD, SELECTORS
 from monitor.result import (
@@ -28,6 +29,7 @@ from monitor.result import (
     DataQuality,
     DetectionBlock,
     EngineBlock,
+    EnginePart,
     Generator,
     InspectionResult,
     SensorScore,
@@ -41,7 +43,9 @@ if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import numpy.typing as npt
     import pandas as pd
 
+    from engine.live.residual_shift import Detection
     from engine.result import Selection
+    from monitor.storage.state import HistoryValue
     from monitor.windows import WindowIncomplete, Windows, WindowSpec
 
 log = logging.getLogger(__name__)
@@ -99,15 +103,20 @@ class DecisionSettings:
     """How an inspection decides to fire.
 
     ``rule="engine"``: the engine's p-value against ``alpha`` (the retrospective profile).
-    ``rule="calibrated"``: the short-window statistic of :mod:`engine.live.residual_shift`, its
-    p-value from the site's own history (:mod:`engine.live.calibration`) against the level
-    that gives the target mean time between false incidents; the engine then names the
-    sensors of every firing inspection.
+    ``rule="calibrated"``: two statistics, each with its p-value from the site's own
+    history (:mod:`engine.live.calibration`): the level part
+    (:mod:`engine.live.residual_shift`) and the engine part, CV-aggregation's validation
+    power on the same residuals (:mod:`engine.live.engine_power`). The decision fires when
+    their weighted Bonferroni combination (``engine_weight`` to the engine part) is below
+    the level that gives the target mean time between false incidents.
+    ``engine_rows``: before-window rows the engine part compares with the after window.
     """
 
     rule: str = "engine"
     detector: DetectorSettings = field(default_factory=DetectorSettings)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    engine_weight: float = ENGINE_WEIGHT
+    engine_rows: int = ENGINE_ROWS
 
 
 @dataclass
@@ -123,6 +132,17 @@ class Outcome:
     def inspection(self) -> InspectionResult:
         """``result`` read back as the typed result (as it is now: incident included)."""
         return InspectionResult.from_dict(self.result)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the calibrated rule computes at one time before it needs the history: the
+    windows, the level statistic's detection and the engine part's fit of the residuals
+    (None: the engine part is off; an exception: its fit failed)."""
+
+    windows: Windows
+    detection: Detection
+    engine_fit: Selection | Exception | None = None
 
 
 _f = finite  # value -> rounded float, None when not finite
@@ -202,8 +222,9 @@ class Inspector:
             prefit: tuple[Windows, Selection | Exception] | None = None) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
 
-        ``history``: past values of the detection statistic of this site (calibrated rule
-        only; shape (n,)), from inspections whose after window ended by ``t``.
+        ``history``: past values of the two statistics of this site (calibrated rule only;
+        shape (n, 2): level, engine statistic with NaN where missing; (n,): the level
+        statistic alone), from inspections whose after window ended by ``t``.
         ``prefit``: the windows at ``t`` and the engine's fit of them (or its error), when
         :meth:`run_many` fitted several times together (engine rule).
         """
@@ -249,7 +270,8 @@ class Inspector:
                                    result.error or result.calibration or result.incomplete,
                                    self.engine.alpha,
                                    self.decision.calibration.level if self.calibrated
-                                   else None, result.sensors)
+                                   else None, result.sensors,
+                                   result.detection.fired_by if result.detection else None)
         return Outcome(result.to_dict(), windows)
 
     def failed(self, t: datetime, message: str) -> dict[str, Any]:
@@ -280,16 +302,63 @@ class Inspector:
         start, t_utc, end = self.spec.bounds(t)
         return build_windows(read_window(start, end), t_utc, self.spec)
 
-    def detect(self, t: datetime, read_window: ReadWindow) -> float | None:
-        """The detection statistic alone at ``t`` (history backfill), None on bad data."""
+    def detect(self, t: datetime, read_window: ReadWindow) -> HistoryValue | None:
+        """Both statistics alone at ``t`` (one history value), None on bad data."""
+        return self.detect_many([t], read_window)[0]
+
+    def detect_many(self, times: Sequence[datetime], read_window: ReadWindow
+                    ) -> list[HistoryValue | None]:
+        """(level, engine statistic) at each of ``times`` (history backfill), None where
+        the windows cannot give the level statistic; the engine statistic is None where
+        the engine part is off or its fit failed. The engine fits of all times are one
+        batched program (``fit_many``)."""
+        from engine.live.engine_power import validation_power
+
+        fits = self.fit_engine_many(times, read_window)
+        out: list[HistoryValue | None] = []
+        for t in times:
+            prepared = fits.get(t)
+            if prepared is None:
+                out.append(None)
+                continue
+            fit = prepared.engine_fit
+            power = None if fit is None or isinstance(fit, Exception) \
+                else validation_power(fit.details)
+            out.append((prepared.detection.value, power))
+        return out
+
+    def engine_part_selector(self) -> Selector:
+        """The engine part's CV-aggregation (whatever ``engine.method`` names for the
+        engine rule and reports): the engine settings in float64, so that a
+        batched fit (the history, :meth:`detect_many`) and a single one (each inspection,
+        one per job on an executor) agree to 1e-14, not float32's 1e-6, and a history
+        computed here or on a cluster calibrates the same p-values."""
+        params = {**dict(self.engine.params), "dtype": "float64"}
+        return replace(self.engine, method="cv-aggregation",
+                       params=tuple(sorted(params.items()))).make_selector()
+
+    def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow
+                        ) -> dict[datetime, Prepared]:
+        """The windows, the detection and the engine part's fit at each of ``times``
+        whose windows can give the detection (calibrated rule), the engine fits in one
+        batched program."""
+        from engine.live.engine_power import fit_powers, residual_pair
         from engine.live.residual_shift import DetectionError, detect
         from monitor.windows import WindowError
 
-        try:
-            windows = self._windows(t, read_window)
-            return detect(windows.before_raw, windows.after_raw, self.decision.detector).value
-        except (WindowError, DetectionError):
-            return None
+        out: dict[datetime, Prepared] = {}
+        for t in times:
+            try:
+                w = self._windows(t, read_window)
+                out[t] = Prepared(w, detect(w.before_raw, w.after_raw, self.decision.detector))
+            except (WindowError, DetectionError):
+                continue
+        if self.decision.engine_weight <= 0 or not out:
+            return out
+        rows = self.decision.engine_rows
+        fits = fit_powers([residual_pair(p.detection, rows) for p in out.values()],
+                          self.engine_part_selector())
+        return {t: replace(p, engine_fit=f) for (t, p), f in zip(out.items(), fits, strict=True)}
 
     def _sensor_rows(self, result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
@@ -339,19 +408,26 @@ class Inspector:
 
     def _decide_calibrated(self, result: InspectionResult, w: Windows,
                            history: npt.ArrayLike | None) -> None:
-        """The calibrated rule: statistic -> p-value from history -> on firing, the sensors
-        that fire the alert on their own, and the engine's CV-aggregation beside them."""
+        """The calibrated rule: the level statistic and the engine part's statistic, each
+        with its p-value from the history; the decision on their weighted Bonferroni
+        combination (:mod:`engine.live.engine_power`); on firing, the sensors named by the
+        part that fired."""
         import numpy as np
 
+        from engine.live.engine_power import combine
         from engine.live.residual_shift import detect
 
         d = self.decision
         det = detect(w.before_raw, w.after_raw, d.detector)
         hist = np.asarray([] if history is None else history, dtype=float)
+        hist = hist.reshape(-1, 2) if hist.ndim == 2 or hist.size == 0 else \
+            np.column_stack([hist, np.full(hist.size, np.nan)])
+        level_hist = hist[:, 0]
+        engine_hist = hist[np.isfinite(hist[:, 1]), 1]
         cal = d.calibration
         block = DetectionBlock(
             statistic=STATISTIC, value=_f(det.value), p_value=None, level=_f(cal.level, 8),
-            threshold=None, history_n=int(hist.size), history_needed=cal.min_count,
+            threshold=None, history_n=int(level_hist.size), history_needed=cal.min_count,
             false_incident_interval=format_duration(cal.false_incident_interval))
         result.detection = block
         result.test.decision = CALIBRATED
@@ -362,39 +438,90 @@ class Inspector:
         raw_after = w.after_raw.mean()
         expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
         evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
-        if hist.size < cal.min_count:
-            have = hist.size * cal.inspection_interval / timedelta(days=1)
+        sel, power = self._engine_part(det)
+        engine_scores: dict[str, float] = {}
+        if sel is not None:
+            engine_scores = dict(zip([str(x) for x in sel.labels],
+                                     [float(v) for v in sel.scores], strict=True))
+            result.generator.device = str(sel.device)
+        part = None
+        if d.engine_weight > 0:
+            part = EnginePart(statistic=ENGINE_STATISTIC,
+                              value=None if power is None else _f(power),
+                              weight=d.engine_weight, history_n=int(engine_hist.size))
+        block.engine = part
+        if level_hist.size < cal.min_count:
+            have = level_hist.size * cal.inspection_interval / timedelta(days=1)
             need = cal.min_count * cal.inspection_interval / timedelta(days=1)
             result.status = "calibrating"
             result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
                                   "no alert until then (backfill the source's history, "
                                   "or wait)")
             self._sensor_rows(result, w, labels, evidence, set(), z, expected)
+            self._engine_scores(result, engine_scores)
             return
-        fit = TailFit.of(hist)
-        p = fit.pvalue(det.value)
-        limit = fit.threshold(cal.level)
-        block.p_value = _f(p, 10)
+        p_level = TailFit.of(level_hist).pvalue(det.value)
+        p_engine = None
+        if part is not None and power is not None and engine_hist.size >= cal.min_count:
+            engine_fit = TailFit.of(engine_hist)
+            p_engine = engine_fit.pvalue(power)
+            part.p_value = _f(p_engine, 10)
+            part.threshold = _f(engine_fit.threshold(cal.level * d.engine_weight))
+        combined = combine(p_level, p_engine, d.engine_weight)
+        # the level part's share of the level: all of it while the engine part cannot vote
+        level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
+        limit = TailFit.of(level_hist).threshold(level_share)
+        block.p_value = _f(combined.p_value, 10)
+        block.level_p_value = _f(p_level, 10)
         block.threshold = _f(limit)
-        result.test.p_value = _f(p, 10)
-        if p >= cal.level:
+        result.test.p_value = _f(combined.p_value, 10)
+        if combined.p_value >= cal.level:
             result.status = "ok"
             self._sensor_rows(result, w, labels, evidence, set(), z, expected)
+            self._engine_scores(result, engine_scores)
             return
-        # Firing. Named: every sensor whose z**2 alone clears the alert threshold (at least
-        # the strongest). The engine's CV-aggregation runs beside it on the residuals (the
-        # after window against the latest before rows); on windows of hours it often ranks
-        # a steady small shift above a strong one that fills part of the window
-        # (README "Decision"), so its scores are reported, not used to rank.
-        named = {s for s in labels if z[s] ** 2 >= limit} or {max(labels, key=lambda s: abs(z[s]))}
-        self._sensor_rows(result, w, labels, evidence, named, z, expected)
-        rows = max(4, d.detector.local_level_rows)  # the rows the statistic compares with
-        selector = self.engine.make_selector()
-        sel = selector.fit(det.before_residuals.iloc[-rows:], det.after_residuals)
-        engine_scores = dict(zip([str(x) for x in sel.labels], [float(v) for v in sel.scores],
-                                 strict=True))
-        for row in result.sensors:
-            row.engine_score = _f(engine_scores.get(row.sensor_id, 0.0))
         result.status = "firing"
-        result.generator.device = str(sel.device)
-        result.engine = EngineBlock.from_dict(sel.to_dict())
+        block.fired_by = combined.part
+        if combined.part == "engine" and sel is not None:
+            # Named by the engine: its candidates (the variables CV-aggregation selects
+            # from its scores), ranked by those scores; at least its top sensor.
+            chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
+                                                              key=engine_scores.__getitem__)}
+            scores = [engine_scores.get(s, 0.0) for s in labels]
+            self._sensor_rows(result, w, labels, scores, chosen, z, expected)
+        else:
+            # Named by the level part: every sensor whose z**2 alone clears its threshold
+            # (at least the strongest), ranked by |z|.
+            named = {s for s in labels if z[s] ** 2 >= limit} or {
+                max(labels, key=lambda s: abs(z[s]))}
+            self._sensor_rows(result, w, labels, evidence, named, z, expected)
+        self._engine_scores(result, engine_scores)
+        if sel is not None:
+            result.engine = EngineBlock.from_dict(sel.to_dict())
+
+    def _engine_part(self, det: Detection) -> tuple[Selection | None, float | None]:
+        """The engine part's fit of the residual windows and its statistic; (None, None)
+        when the part is off or its fit failed, which leaves the decision to the level
+        part (logged, never an error)."""
+        from engine.live.engine_power import residual_pair, validation_power
+
+        d = self.decision
+        if d.engine_weight <= 0:
+            return None, None
+        fit: Selection | Exception
+        try:
+            fit = self.engine_part_selector().fit(*residual_pair(det, d.engine_rows))
+        except Exception as exc:  # noqa: BLE001 - the level part still decides
+            fit = exc
+        if isinstance(fit, Exception):
+            log.warning("engine part: CV-aggregation could not fit the residual windows "
+                        "(%s); the level part decides alone", fit)
+            return None, None
+        return fit, validation_power(fit.details)
+
+    @staticmethod
+    def _engine_scores(result: InspectionResult, scores: dict[str, float]) -> None:
+        """Each sensor row's CV-aggregation score on the residual windows."""
+        if scores:
+            for row in result.sensors:
+                row.engine_score = _f(scores.get(row.sensor_id, 0.0))

@@ -378,38 +378,78 @@ class EngineBlock:
 
 
 @dataclass
+class EnginePart:
+    """``detection.engine`` (calibrated rule with ``decision.engine_weight`` > 0): the
+    engine part of the decision, CV-aggregation's validation power on the residual
+    windows, calibrated on the site's own history like the level statistic.
+    ``p_value`` and ``threshold`` are None until its history holds enough values."""
+
+    statistic: str = "cv-aggregation-power"
+    value: float | None = None
+    p_value: float | None = None
+    threshold: float | None = None  # on the statistic's scale, at weight x level
+    weight: float | None = None
+    history_n: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"statistic": self.statistic, "value": self.value, "p_value": self.p_value,
+                "threshold": self.threshold, "weight": self.weight,
+                "history_n": self.history_n}
+
+    @classmethod
+    def from_dict(cls, data: object) -> EnginePart:
+        d = _dict(data)
+        return cls(statistic=_opt_str(d.get("statistic")) or "cv-aggregation-power",
+                   value=_num(d.get("value")), p_value=_num(d.get("p_value")),
+                   threshold=_num(d.get("threshold")), weight=_num(d.get("weight")),
+                   history_n=_int(d.get("history_n")))
+
+
+@dataclass
 class DetectionBlock:
-    """``detection`` (calibrated rule): the statistic and its calibration on the site's
-    own history. ``p_value`` and ``threshold`` are None while calibrating."""
+    """``detection`` (calibrated rule): the level statistic and its calibration on the
+    site's own history, the engine part beside it, and the decision's combined p-value.
+    ``p_value`` and ``threshold`` are None while calibrating."""
 
     statistic: str | None = None
     value: float | None = None
-    p_value: float | None = None
+    p_value: float | None = None  # the decision's: the parts' weighted Bonferroni
     level: float | None = None
-    threshold: float | None = None  # on the statistic's scale (z**2)
+    threshold: float | None = None  # on the statistic's scale (z**2), at the level part's share
     history_n: int | None = None
     history_needed: int | None = None
     false_incident_interval: str | None = None
+    level_p_value: float | None = None  # the level part's own p-value
+    fired_by: str | None = None  # "level" or "engine" on a firing result
+    engine: EnginePart | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("statistic", "value", "p_value", "level", "threshold", "history_n",
-             "history_needed", "false_incident_interval")
+             "history_needed", "false_incident_interval", "level_p_value", "fired_by",
+             "engine")
 
     def to_dict(self) -> dict[str, Any]:
         return {"statistic": self.statistic, "value": self.value, "p_value": self.p_value,
                 "level": self.level, "threshold": self.threshold, "history_n": self.history_n,
                 "history_needed": self.history_needed,
                 "false_incident_interval": self.false_incident_interval,
+                "level_p_value": self.level_p_value, "fired_by": self.fired_by,
+                "engine": None if self.engine is None else self.engine.to_dict(),
                 **copy.deepcopy(self.extra)}
 
     @classmethod
     def from_dict(cls, data: object) -> DetectionBlock:
         d = _dict(data)
+        engine = d.get("engine")
         return cls(statistic=_opt_str(d.get("statistic")), value=_num(d.get("value")),
                    p_value=_num(d.get("p_value")), level=_num(d.get("level")),
                    threshold=_num(d.get("threshold")), history_n=_int(d.get("history_n")),
                    history_needed=_int(d.get("history_needed")),
                    false_incident_interval=_opt_str(d.get("false_incident_interval")),
+                   level_p_value=_num(d.get("level_p_value")),
+                   fired_by=_opt_str(d.get("fired_by")),
+                   engine=None if not isinstance(engine, Mapping)
+                   else EnginePart.from_dict(engine),
                    extra=_extra(d, cls._KEYS))
 
 

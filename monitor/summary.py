@@ -57,7 +57,11 @@ def _short_time(t: datetime) -> str:
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
               p_value: float | None, error: str | None = None,
               alpha: float | None = None, level: float | None = None,
-              sensors: Sequence[SensorScore] | None = None) -> str:
+              sensors: Sequence[SensorScore] | None = None,
+              fired_by: str | None = None) -> str:
+    """The result's one-line summary. ``fired_by`` "engine": the live decision's engine
+    part fired (a change of the sensors' distribution on the residuals, which their
+    expected-value line may not show), and the text says so."""
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
@@ -67,7 +71,10 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
     if status == "firing":
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
                                            if len(selected) > 8 else "")
-        text = f"Change at {when} in {len(selected)} of {n_sensors} sensors: {names} (p={p})"
+        kind, part = ("Distribution change", ", engine part") if fired_by == "engine" \
+            else ("Change", "")
+        text = (f"{kind} at {when} in {len(selected)} of {n_sensors} sensors: {names} "
+                f"(p={p}{part})")
         rows = {r.sensor_id: r for r in sensors or []}
         changes = [
             name + " " + (rows[name].change or format_change(rows[name].raw_mean_before,

@@ -34,10 +34,10 @@ from monitor.decision.incidents import (
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector, ReadWindow
-    from monitor.storage.state import Ack
+    from monitor.storage.state import Ack, HistoryValue
 
-#: detect_many(times, read_window) -> the detection statistic at each time (None: bad data)
-DetectMany = Callable[[list[datetime], "ReadWindow"], list[float | None]]
+#: detect_many(times, read_window) -> (level, engine statistic) at each time (None: bad data)
+DetectMany = Callable[[list[datetime], "ReadWindow"], "list[HistoryValue | None]"]
 
 #: a value whose p-value is below PRE_ALERT x the alert level is kept out of the history
 PRE_ALERT = 5.0
@@ -48,15 +48,15 @@ log = logging.getLogger(__name__)
 
 
 class SiteTracker:
-    """History of ``(inspection time, statistic)`` from inspections judged normal, and the
-    open incident."""
+    """History of ``(inspection time, (level, engine statistic))`` from inspections judged
+    normal, and the open incident."""
 
     def __init__(self, inspector: Inspector, incidents: IncidentSettings,
-                 history: Iterable[tuple[datetime, float]] = (),
+                 history: Iterable[tuple[datetime, HistoryValue]] = (),
                  incident: Incident | None = None) -> None:
         self.inspector = inspector
         self.incidents = incidents
-        self.history: dict[datetime, float] = dict(history)
+        self.history: dict[datetime, HistoryValue] = dict(history)
         self.incident = incident
         self.quarantine_until: datetime | None = None  # no history before this time
         self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
@@ -78,8 +78,11 @@ class SiteTracker:
         self.accepted = set(memory.get("accepted") or ())
 
     def history_at(self, t: datetime) -> np.ndarray:
-        """Values whose after window ended by ``t`` and that lie within the history span."""
-        return np.array([self.history[th] for th in self._history_times(t)], dtype=float)
+        """Values whose after window ended by ``t`` and that lie within the history span:
+        (n, 2), the level statistic and the engine statistic (NaN where not computed)."""
+        rows = [self.history[th] for th in self._history_times(t)]
+        return np.array([(level, np.nan if engine is None else engine)
+                         for level, engine in rows], dtype=float).reshape(-1, 2)
 
     def _history_times(self, t: datetime) -> list[datetime]:
         after = self.inspector.spec.after
@@ -87,7 +90,7 @@ class SiteTracker:
         return sorted(th for th in self.history if th + after <= t and th >= t - span)
 
     def observe(self, result: dict[str, Any], read_window: ReadWindow | None = None,
-                acks: Sequence[Ack] = ()) -> tuple[float | None, str | None]:
+                acks: Sequence[Ack] = ()) -> tuple[HistoryValue | None, str | None]:
         """Record one result (in time order): keep its statistic if it is judged normal,
         apply an operator's ack of the open incident, advance the incident (opening it
         with its onset and frozen reference, checking it against that reference while it
@@ -101,11 +104,12 @@ class SiteTracker:
         was_open = self.incident is not None
         event, about = self._step(result, t, status, read_window, acks)
         value = detection.get("value")
-        kept = None
+        kept: HistoryValue | None = None
         if (value is not None and status in ("ok", "calibrating") and not was_open
                 and self.incident is None and event is None and self._normal(detection, t)):
-            self.history[t] = float(value)
-            kept = float(value)
+            engine_value = (detection.get("engine") or {}).get("value")
+            kept = (float(value), None if engine_value is None else float(engine_value))
+            self.history[t] = kept
             self._trim(t)
         attach(result, event, about)
         return kept, event
@@ -234,10 +238,11 @@ class SiteTracker:
 
     def backfill(self, times: list[datetime], read_window: ReadWindow,
                  detect_many: DetectMany | None = None) -> int:
-        """Compute the statistic at past ``times`` from the source (one read) and add the
+        """Compute the statistics at past ``times`` from the source (one read) and add the
         values to the history. ``detect_many(times, read)``: the statistics of those times
-        (default: ``inspector.detect`` one after the other; a backfill passes one that
-        maps them over its executor). Returns how many could be computed."""
+        (default: ``inspector.detect_many``, whose engine fits are one batched program; a
+        backfill passes one that maps them over its executor). Returns how many could be
+        computed."""
         if not times:
             return 0
         spec = self.inspector.spec
@@ -251,7 +256,7 @@ class SiteTracker:
         first = to_utc(first)
         times = [th for th in times if pd.Timestamp(th - spec.before) >= first]
         values = (detect_many(times, read) if detect_many is not None
-                  else [self.inspector.detect(th, read) for th in times])
+                  else self.inspector.detect_many(times, read))
         added = 0
         for th, value in zip(times, values, strict=True):
             if value is not None:

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from monitor.decision.tracker import SiteTracker
     from monitor.inspection import Inspector, ReadWindow
     from monitor.schedule import InspectionPlan
+    from monitor.storage.state import HistoryValue
 
 log = logging.getLogger(__name__)
 
@@ -239,12 +240,12 @@ def _can_renew(executor: Executor) -> bool:
 
 
 def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
-                ) -> list[float | None]:
+                ) -> list[HistoryValue | None]:
     """``[run_detect(job) for job in jobs]`` on the executor, at most ``limit`` in flight.
     A job whose worker keeps dying gives None (:class:`~monitor.fleet.jobs.WorkerDeaths`; a
     broken pool of a :class:`RenewableExecutor` is renewed), as a statistic that cannot be
     computed; any other exception is raised."""
-    out: list[float | None] = [None] * len(jobs)
+    out: list[HistoryValue | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))[::-1]  # popped from the end: in order, retries first
     pending: dict[Future[Any], int] = {}
     deaths = WorkerDeaths()
@@ -292,7 +293,7 @@ def backfill_history(site: SiteBackfill, times: list[datetime], executor: Execut
     if site.tracker is None:
         return 0
 
-    def detect_many(ts: list[datetime], read: ReadWindow) -> list[float | None]:
+    def detect_many(ts: list[datetime], read: ReadWindow) -> list[HistoryValue | None]:
         jobs = [InspectionJob.with_windows(site.settings, th, read) for th in ts]
         return _detect_all(executor, jobs, capacity(executor))
 

@@ -38,8 +38,8 @@ through ``Inspector.run_many``, so their engine fits share one batched tensor pr
 (``CVAggregation.fit_many``) and the agent reads and ships one frame instead of one per
 time. Its results equal one :func:`run_job` per time.
 
-:func:`run_detect` returns the detection statistic alone (a history value) for the same
-job, for computing a calibration history on workers.
+:func:`run_detect` returns both statistics alone (a history value) for the same job, for
+computing a calibration history on workers.
 
 A :class:`~connectors.base.ConnectorError` raised while a worker reads its window
 propagates out of ``run_job`` (no result: the caller retries later, as the agent does);
@@ -62,8 +62,13 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from monitor.inspection import ReadWindow
+    from monitor.storage.state import HistoryValue
 
 log = logging.getLogger(__name__)
+
+#: the calibration history a job carries: (level, engine statistic) per past time, the
+#: engine statistic NaN where it was not computed (``SiteTracker.history_at``'s rows)
+JobHistory = tuple[tuple[float, float], ...]
 
 __all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError",
            "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect", "run_job",
@@ -187,7 +192,7 @@ class InspectionJob:
 
     inspector: InspectorSettings
     inspection_time: datetime
-    history: tuple[float, ...] | None = None
+    history: JobHistory | None = None
     frame: pd.DataFrame | None = field(default=None, repr=False)
     source: SourceRead | None = None
 
@@ -202,7 +207,7 @@ class InspectionJob:
 
     @classmethod
     def with_windows(cls, inspector: InspectorSettings, t: datetime, read_window: ReadWindow,
-                     history: np.ndarray | tuple[float, ...] | None = None) -> InspectionJob:
+                     history: np.ndarray | JobHistory | None = None) -> InspectionJob:
         """A job carrying the window frame read here with ``read_window`` (one query of
         ``[t - B, t + A)``, the same one ``Inspector.run`` makes)."""
         start, _, end = inspector.spec.bounds(t)
@@ -210,7 +215,7 @@ class InspectionJob:
 
     @classmethod
     def with_source(cls, inspector: InspectorSettings, t: datetime, source: BaseModel,
-                    history: np.ndarray | tuple[float, ...] | None = None) -> InspectionJob:
+                    history: np.ndarray | JobHistory | None = None) -> InspectionJob:
         """A job whose worker reads its own window from ``source`` (a window source's
         connector config, e.g. ``config.source`` of ``type: influxdb``)."""
         return cls(inspector, t, _history(history), source=_source_read(inspector, source))
@@ -310,8 +315,17 @@ def _carried_reader(frame: pd.DataFrame | None, source: SourceRead | None,
     return read
 
 
-def _history(values: np.ndarray | tuple[float, ...] | None) -> tuple[float, ...] | None:
-    return None if values is None else tuple(float(v) for v in values)
+def _history(values: np.ndarray | JobHistory | None) -> JobHistory | None:
+    """``history_at``'s (n, 2) array as plain tuples (small to pickle); a one-column
+    history (the level statistic alone) gets NaN engine values."""
+    if values is None:
+        return None
+    import numpy as np
+
+    rows = np.asarray(values, dtype=float)
+    if rows.ndim == 1:
+        rows = np.column_stack([rows, np.full(rows.size, np.nan)])
+    return tuple((float(level), float(engine)) for level, engine in rows.reshape(-1, 2))
 
 
 def run_job(job: InspectionJob) -> dict[str, Any]:
@@ -336,7 +350,7 @@ def run_batch(batch: InspectionBatch) -> list[dict[str, Any]]:
     return [outcome.result for outcome in outcomes]
 
 
-def run_detect(job: InspectionJob) -> float | None:
-    """The detection statistic alone at the job's time (one calibration-history value),
+def run_detect(job: InspectionJob) -> HistoryValue | None:
+    """Both statistics alone at the job's time (one calibration-history value),
     None when the windows cannot give it; ``job.history`` is ignored."""
     return job.inspector.build().detect(job.inspection_time, job.read_window())

@@ -25,10 +25,14 @@ runs again and produces the same fingerprint).
   applied it, when and at which inspection. ``site`` is NULL for a single-site agent and
   the site id in a multi-site one. Written by other processes (the CLI) while the agent
   runs: WAL mode and the busy timeout make that safe.
+* history rows hold both statistics of the live decision: ``statistic`` (the level part)
+  and ``engine_statistic`` (the engine part; NULL in rows written before it existed, a
+  column added on open to older state files).
 """
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -47,7 +51,8 @@ CREATE TABLE IF NOT EXISTS done (
 );
 CREATE TABLE IF NOT EXISTS history (
     inspection_time REAL PRIMARY KEY,
-    statistic REAL NOT NULL
+    statistic REAL NOT NULL,
+    engine_statistic REAL
 );
 CREATE TABLE IF NOT EXISTS outbox (
     fingerprint TEXT PRIMARY KEY,
@@ -74,6 +79,7 @@ CREATE TABLE IF NOT EXISTS site_history (
     site TEXT NOT NULL,
     inspection_time REAL NOT NULL,
     statistic REAL NOT NULL,
+    engine_statistic REAL,
     PRIMARY KEY (site, inspection_time)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS acks (
@@ -125,6 +131,23 @@ def _site_key(site: str | None) -> str | None:
     return site or None
 
 
+#: the statements that give an older state file the engine part's column (table names
+#: cannot be SQL parameters, so each is written out)
+_ENGINE_COLUMNS = (
+    ("PRAGMA table_info(history)", "ALTER TABLE history ADD COLUMN engine_statistic REAL"),
+    ("PRAGMA table_info(site_history)",
+     "ALTER TABLE site_history ADD COLUMN engine_statistic REAL"),
+)
+
+#: one calibration-history value: (level statistic, engine statistic or None)
+HistoryValue = tuple[float, "float | None"]
+
+
+def _engine(value: float | None) -> float | None:
+    """An engine statistic as stored: None (NULL) for a missing or non-finite value."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
 class AgentState:
     """Ledger + outbox over one SQLite connection (serialised by a lock)."""
 
@@ -137,10 +160,18 @@ class AgentState:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")  # results must survive power loss
             self._conn.executescript(_SCHEMA)
+            self._add_engine_columns()
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open agent state {self.path}: {exc}; make state_dir "
                              "writable by this user or point state_dir elsewhere") from None
         self._lock = threading.RLock()
+
+    def _add_engine_columns(self) -> None:
+        """State files of versions before the engine part lack ``engine_statistic``: add
+        it (NULL in the old rows, which then calibrate the level part alone)."""
+        for columns_sql, add_sql in _ENGINE_COLUMNS:
+            if "engine_statistic" not in {row[1] for row in self._conn.execute(columns_sql)}:
+                self._conn.execute(add_sql)
 
     def _tx(self, fn: Any) -> Any:
         with self._lock:
@@ -199,7 +230,7 @@ class AgentState:
                 "SELECT inspection_time FROM done ORDER BY inspection_time")]
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
-                          statistic: float | None = None,
+                          statistic: HistoryValue | None = None,
                           incident: dict[str, Any] | None | bool = False,
                           site: str | None = None,
                           applied_acks: Sequence[int] = (),
@@ -247,15 +278,17 @@ class AgentState:
         self._tx(write)
 
     @staticmethod
-    def _add_history(c: sqlite3.Connection, values: list[tuple[float, float]],
+    def _add_history(c: sqlite3.Connection, values: Sequence[tuple[float, HistoryValue]],
                      site: str | None) -> None:
+        rows = [(t, float(level), _engine(engine)) for t, (level, engine) in values]
         if site is None:
-            c.executemany("INSERT INTO history(inspection_time, statistic) VALUES (?, ?) "
-                          "ON CONFLICT(inspection_time) DO NOTHING", values)
+            c.executemany("INSERT INTO history(inspection_time, statistic, engine_statistic) "
+                          "VALUES (?, ?, ?) ON CONFLICT(inspection_time) DO NOTHING", rows)
         else:
-            c.executemany("INSERT INTO site_history(site, inspection_time, statistic) "
-                          "VALUES (?, ?, ?) ON CONFLICT(site, inspection_time) DO NOTHING",
-                          [(site, t, v) for t, v in values])
+            c.executemany("INSERT INTO site_history(site, inspection_time, statistic, "
+                          "engine_statistic) VALUES (?, ?, ?, ?) "
+                          "ON CONFLICT(site, inspection_time) DO NOTHING",
+                          [(site, *row) for row in rows])
 
     def publish(self, t: float, result: dict[str, Any]) -> bool:
         """Queue a one-shot command's result of inspection ``t`` for the sinks, unless its
@@ -291,20 +324,27 @@ class AgentState:
         return {fp: frozenset(json.loads(delivered)) for fp, delivered in rows}
 
     # -- calibration history ------------------------------------------------------------------
-    def add_history(self, values: list[tuple[float, float]], site: str | None = None
-                    ) -> None:
-        """Backfilled (inspection time, statistic) pairs; existing times are kept."""
+    def add_history(self, values: Sequence[tuple[float, HistoryValue]],
+                    site: str | None = None) -> None:
+        """Backfilled (inspection time, (level, engine statistic)) rows; existing times
+        are kept."""
         self._tx(lambda c: self._add_history(c, values, site))
 
-    def history(self, since: float, site: str | None = None) -> list[tuple[float, float]]:
+    def history(self, since: float, site: str | None = None
+                ) -> list[tuple[float, HistoryValue]]:
+        """(inspection time, (level, engine statistic)) from ``since`` on, in time order;
+        the engine statistic is None where it was not computed."""
         with self._lock:
             if site is not None:
-                return list(self._conn.execute(
-                    "SELECT inspection_time, statistic FROM site_history WHERE site = ? "
-                    "AND inspection_time >= ? ORDER BY inspection_time", (site, since)))
-            return list(self._conn.execute(
-                "SELECT inspection_time, statistic FROM history WHERE inspection_time >= ? "
-                "ORDER BY inspection_time", (since,)))
+                rows = self._conn.execute(
+                    "SELECT inspection_time, statistic, engine_statistic FROM site_history "
+                    "WHERE site = ? AND inspection_time >= ? ORDER BY inspection_time",
+                    (site, since)).fetchall()
+            else:
+                rows = self._conn.execute(
+                    "SELECT inspection_time, statistic, engine_statistic FROM history "
+                    "WHERE inspection_time >= ? ORDER BY inspection_time", (since,)).fetchall()
+        return [(t, (level, engine)) for t, level, engine in rows]
 
     def prune_history(self, before: float, site: str | None = None) -> None:
         if site is not None:
@@ -465,7 +505,7 @@ class SiteState:
         return self.state.done_times(self.site)
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
-                          statistic: float | None = None,
+                          statistic: HistoryValue | None = None,
                           incident: dict[str, Any] | None | bool = False,
                           applied_acks: Sequence[int] = (),
                           memory: dict[str, Any] | None = None) -> None:
@@ -473,10 +513,10 @@ class SiteState:
                                      site=self.site, applied_acks=applied_acks,
                                      memory=memory)
 
-    def add_history(self, values: list[tuple[float, float]]) -> None:
+    def add_history(self, values: Sequence[tuple[float, HistoryValue]]) -> None:
         self.state.add_history(values, self.site)
 
-    def history(self, since: float) -> list[tuple[float, float]]:
+    def history(self, since: float) -> list[tuple[float, HistoryValue]]:
         return self.state.history(since, self.site)
 
     def prune_history(self, before: float) -> None:

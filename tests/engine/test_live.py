@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import engine.live.engine_power
 import engine.live.onset
 import engine.live.reference
 import engine.live.residual_shift
@@ -16,6 +17,7 @@ from engine.live.residual_shift import DetectionError, DetectorSettings
 
 
 @pytest.mark.parametrize("module", [engine.live.onset, engine.live.reference,
+                                    engine.live.engine_power,
                                     engine.live.residual_shift])
 def test_docstring_examples_run(module) -> None:
     failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
@@ -102,3 +104,31 @@ def test_reference_needs_enough_rows_and_its_sensors() -> None:
     ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
     with pytest.raises(DetectionError, match="lacks sensors"):
         ref.compare(x.iloc[170:186].drop(columns=["s3"]))
+
+
+@pytest.mark.parametrize("dependence", ["independent", "identical", "opposite"])
+def test_the_weighted_bonferroni_combination_keeps_the_level(dependence: str) -> None:
+    """Two valid p-values, however they depend on each other, combine to a valid one:
+    P(min(p_level / (1 - w), p_engine / w) < level) <= level."""
+    from engine.live.engine_power import combine
+
+    rng = np.random.default_rng(5)
+    trials, weight = 20_000, 0.35
+    p_level = rng.uniform(size=trials)
+    p_engine = {"independent": rng.uniform(size=trials), "identical": p_level,
+                "opposite": 1 - p_level}[dependence]
+    for level in (0.05, 0.01):
+        hits = sum(combine(a, b, weight).p_value < level
+                   for a, b in zip(p_level, p_engine, strict=True))
+        assert hits / trials <= level + 3 * np.sqrt(level * (1 - level) / trials)
+
+
+def test_the_combination_names_the_part_that_gave_it() -> None:
+    from engine.live.engine_power import combine
+
+    assert combine(1e-5, 0.9, 0.35).part == "level"
+    assert combine(0.9, 1e-5, 0.35).part == "engine"
+    assert combine(1e-5, 1e-5, 0.35).part == "level"  # a tie goes to the level part
+    # no engine history yet, or the part switched off: the level part at the whole level
+    assert combine(0.004, None, 0.35).p_value == 0.004
+    assert combine(0.004, 1e-9, 0.0).p_value == 0.004

@@ -53,6 +53,7 @@ def test_backfill_publish_twice_reaches_mqtt_and_jsonl_once(tmp_path, mosquitto)
     sub = Subscriber(mosquitto, f"mmdwatch/{SITE}/#")
     args = ("backfill", "--config", str(config), "--start", "2026-01-20T18:00",
             "--end", "2026-01-22T06:00", "--every", "6h", "--method", "mmd-baseline",
+            "--engine-weight", "0",  # publishing is under test: no engine fit per hour
             "--publish")
     try:
         first = mmdwatch(*args)

@@ -164,14 +164,16 @@ def test_history_and_open_incident_are_committed_with_the_result(tmp_path):
     t0 = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
     incident = {"id": "x-1", "site": "x", "state": "open", "started": "2024-01-01T00:00:00Z",
                 "last_firing": "2024-01-01T00:00:00Z", "sensors": ["a"]}
-    state.commit_inspection(t0, {"fingerprint": "f0", "status": "ok"}, statistic=1.5,
+    state.commit_inspection(t0, {"fingerprint": "f0", "status": "ok"},
+                            statistic=(1.5, 0.7),
                             incident=incident)
     state.commit_inspection(t0 + 3600, {"fingerprint": "f1", "status": "firing"},
                             incident=False)  # False: the incident row is left as it is
-    assert state.history(t0) == [(t0, 1.5)]
+    assert state.history(t0) == [(t0, (1.5, 0.7))]
     assert state.open_incident() == incident
     memory = {"quarantine_until": "2024-01-02T02:00:00Z", "accepted": ["a"]}
-    state.commit_inspection(t0 + 7200, {"fingerprint": "f2", "status": "ok"}, statistic=2.0,
+    state.commit_inspection(t0 + 7200, {"fingerprint": "f2", "status": "ok"},
+                            statistic=(2.0, None),  # no engine part (engine_weight 0)
                             incident=None,  # None: no incident open any more
                             memory=memory)
     assert state.open_incident() is None
@@ -183,5 +185,5 @@ def test_history_and_open_incident_are_committed_with_the_result(tmp_path):
     site.commit_inspection(t0, {"fingerprint": "g0", "status": "ok"}, memory={"accepted": []})
     assert site.decision_memory() == {"accepted": []} and state.decision_memory() == memory
     state.prune_history(t0 + 1)
-    assert state.history(0) == [(t0 + 7200, 2.0)]
+    assert state.history(0) == [(t0 + 7200, (2.0, None))]
     state.close()

@@ -91,8 +91,8 @@ def test_a_job_pickles_and_gives_the_inline_result() -> None:
     read = cached_reader(_frame())
     t = datetime(2026, 1, 8, 6, tzinfo=UTC)
     job = InspectionJob.with_windows(InspectorSettings.of(inspector), t, read,
-                                     history=np.array([1.0, 2.0]))
-    assert job.history == (1.0, 2.0) and job.site == "sim"
+                                     history=np.array([[1.0, 0.4], [2.0, 0.6]]))
+    assert job.history == ((1.0, 0.4), (2.0, 0.6)) and job.site == "sim"
     shipped = pickle.loads(pickle.dumps(job))
     result = run_job(shipped)
     inline = inspector.run(t, read).result

@@ -202,14 +202,14 @@ def test_state_keeps_each_sites_ledger_and_the_single_site_tables_apart(tmp_path
     def result(site, fp):
         return {"fingerprint": fp, "site": site, "status": "ok"}
 
-    north.commit_inspection(100.0, result("north", "f1"), statistic=1.5,
+    north.commit_inspection(100.0, result("north", "f1"), statistic=(1.5, 0.2),
                             incident={"id": "north-1"})
     south.commit_inspection(100.0, result("south", "f2"))
-    state.commit_inspection(100.0, result("x", "f3"), statistic=7.0)  # single-site tables
+    state.commit_inspection(100.0, result("x", "f3"), statistic=(7.0, None))  # single-site tables
     assert north.is_done(100.0) and south.is_done(100.0) and state.is_done(100.0)
     assert not north.is_done(200.0) and north.last_done() == 100.0
-    assert north.history(0.0) == [(100.0, 1.5)] and south.history(0.0) == []
-    assert state.history(0.0) == [(100.0, 7.0)]
+    assert north.history(0.0) == [(100.0, (1.5, 0.2))] and south.history(0.0) == []
+    assert state.history(0.0) == [(100.0, (7.0, None))]
     assert north.open_incident() == {"id": "north-1"} and state.open_incident() is None
     north.set_meta("anchor", "1.0")
     assert north.get_meta("anchor") == "1.0" and state.get_meta("anchor") is None

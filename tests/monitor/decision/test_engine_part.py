@@ -1,0 +1,169 @@
+"""The paper's engine inside the live decision (issue 18, item 3): CV-aggregation's
+validation power on the detector's residual windows, calibrated on the site's history,
+combined with the level part by a weighted Bonferroni rule; the result says which part
+fired and the sensors come from it."""
+from __future__ import annotations
+
+import logging
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engine.live.calibration import TailFit
+from engine.live.engine_power import combine
+from monitor.config import validate_config
+from monitor.decision.tracker import cached_reader, history_times
+from monitor.demo.simulate import Scenario, simulate
+
+CHANGE = datetime(2026, 1, 18, 6, tzinfo=UTC)
+
+
+def _inspector(**decision: Any) -> Any:
+    from monitor.compose import build_inspector
+
+    return build_inspector(validate_config({
+        "site": "sim", "source": {"type": "file", "path": "x.csv"},
+        "decision": {"min_history": "2d", **decision}}))
+
+
+@pytest.fixture(scope="module")
+def cycle() -> pd.DataFrame:
+    """The simulated network; from CHANGE on, s07's daily cycle is 2.5 times as wide
+    around an unchanged daily mean (a changed demand pattern, a valve's new schedule)."""
+    frame, _ = simulate(Scenario(days=20, step="15min", change_at=CHANGE.isoformat(),
+                                 changes={}, seed=1))
+    s07 = frame[(frame["sensor"] == "s07") & (frame["time"] < pd.Timestamp(CHANGE))]
+    profile = s07.groupby(s07["time"].dt.hour)["value"].mean()
+    after = (frame["sensor"] == "s07") & (frame["time"] >= pd.Timestamp(CHANGE))
+    hours = frame.loc[after, "time"].dt.hour
+    frame.loc[after, "value"] += 1.5 * (hours.map(profile).to_numpy() - profile.mean())
+    return frame
+
+
+def _history(n: int = 200) -> np.ndarray:
+    """(n, 2): a level history far above this network's statistic (the level part stays
+    quiet) and an engine history below the changed window's power."""
+    return np.column_stack([np.linspace(500.0, 900.0, n), np.linspace(0.2, 1.2, n)])
+
+
+def test_the_engine_part_fires_on_its_own_and_names_its_sensors(cycle) -> None:
+    result = _inspector().run(CHANGE, cached_reader(cycle), _history()).result
+    d = result["detection"]
+    assert result["status"] == "firing", result["summary"]
+    assert d["fired_by"] == "engine"
+    part = d["engine"]
+    assert part["statistic"] == "cv-aggregation-power" and part["weight"] == 0.35
+    assert part["value"] > 1.2 and part["history_n"] == 200
+    assert part["p_value"] < 0.35 * d["level"] and part["threshold"] <= part["value"]
+    assert d["level_p_value"] > d["level"]
+    # the decision's p-value is the weighted Bonferroni combination of the two
+    assert d["p_value"] == pytest.approx(part["p_value"] / 0.35, rel=1e-6, abs=1e-9)
+    assert result["test"]["p_value"] == d["p_value"]
+    # the sensors come from the engine: its pick first, ranked by its scores
+    assert result["selected_sensors"][0] == "s07" == result["sensors"][0]["sensor_id"]
+    scores = [s["score"] for s in result["sensors"]]
+    assert scores == sorted(scores, reverse=True)
+    assert all(s["engine_score"] == s["score"] for s in result["sensors"])
+    assert result["engine"]["method"] == "cv-aggregation"
+    assert result["summary"].startswith("Distribution change at 2026-01-18T06:00Z in ")
+    assert "engine part)" in result["summary"]
+
+
+def test_without_engine_history_the_level_part_decides_at_the_whole_level(cycle) -> None:
+    history = _history()
+    history[:, 1] = np.nan  # rows of a state file from before the engine part
+    result = _inspector().run(CHANGE, cached_reader(cycle), history).result
+    d = result["detection"]
+    assert d["engine"]["history_n"] == 0 and d["engine"]["p_value"] is None
+    assert d["p_value"] == d["level_p_value"]
+    assert d["threshold"] == pytest.approx(TailFit.of(history[:, 0]).threshold(d["level"]),
+                                           rel=1e-6)
+    # a one-column history (the level statistic alone) reads the same
+    alone = _inspector().run(CHANGE, cached_reader(cycle), history[:, 0]).result
+    assert alone["detection"]["p_value"] == d["p_value"]
+
+
+def test_engine_weight_zero_is_the_level_part_alone(cycle) -> None:
+    result = _inspector(engine_weight=0).run(CHANGE, cached_reader(cycle), _history()).result
+    d = result["detection"]
+    assert d["engine"] is None and d["fired_by"] is None
+    assert result["status"] == "ok" and result["engine"] is None
+    assert all(s.get("engine_score") is None for s in result["sensors"])
+
+
+def test_a_failing_engine_part_leaves_the_decision_to_the_level_part(cycle, caplog) -> None:
+    from monitor.compose import build_inspector
+
+    inspector = build_inspector(validate_config({
+        "site": "sim", "source": {"type": "file", "path": "x.csv"},
+        "engine": {"params": {"n_splits": 0}},  # CV-aggregation refuses this
+        "decision": {"min_history": "2d"}}))
+    with caplog.at_level(logging.WARNING, logger="monitor.inspection"):
+        result = inspector.run(CHANGE, cached_reader(cycle), _history()).result
+    assert result["status"] == "ok" and result.get("error") is None
+    assert result["detection"]["engine"]["value"] is None
+    assert result["detection"]["p_value"] == result["detection"]["level_p_value"]
+    assert "level part decides alone" in caplog.text
+
+
+def test_the_history_holds_both_statistics_from_batched_fits(cycle) -> None:
+    """A history value is (level, engine power); the history's fits are one batch and
+    agree with the single fit of an inspection (float64)."""
+    inspector = _inspector()
+    read = cached_reader(cycle)
+    times = history_times(inspector, CHANGE)[-6:]
+    values = inspector.detect_many(times, read)
+    assert all(v is not None and np.isfinite(v[1]) for v in values)
+    single = inspector.detect(times[-1], read)
+    assert single is not None and values[-1] is not None
+    assert single[0] == values[-1][0]
+    assert single[1] == pytest.approx(values[-1][1], rel=1e-12)
+
+
+def test_the_combined_level_holds_on_a_null_streams_statistics() -> None:
+    """Both statistics of a simulated network with no change, at every hour of ten days,
+    put in random order (exchangeable, as calibration assumes): each value calibrated
+    against the 120 before it and combined, as the agent does, the decision fires at most
+    about as often as its level. (In time order the statistics of this network drift
+    slowly, so the level part alone, as before the engine part, fires more often on a
+    history of days: docs/decision.md, "Calibration history".)"""
+    frame, _ = simulate(Scenario(days=18, step="15min", change_at=None, changes={}, seed=11))
+    inspector = _inspector()
+    first = datetime(2026, 1, 12, tzinfo=UTC)  # the data start + the before window
+    times = [first + timedelta(hours=h) for h in range(10 * 24)]
+    values = np.array(inspector.detect_many(times, cached_reader(frame)), dtype=float)
+    assert np.isfinite(values).all()
+    rng = np.random.default_rng(0)
+    p = []
+    for _ in range(20):
+        order = values[rng.permutation(len(values))]
+        for i in range(120, len(order)):
+            level = TailFit.of(order[i - 120:i, 0]).pvalue(order[i, 0])
+            engine = TailFit.of(order[i - 120:i, 1]).pvalue(order[i, 1])
+            p.append(combine(level, engine, 0.35).p_value)
+    fired = np.array(p)
+    for level in (0.05, 0.01):
+        rate = (fired < level).mean()
+        assert rate <= level + 3 * np.sqrt(level * (1 - level) / fired.size), (level, rate)
+
+
+def test_an_older_state_file_gains_the_engine_column(tmp_path) -> None:
+    from monitor.storage.state import AgentState
+
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as old:  # the tables as versions before the engine part
+        old.execute("CREATE TABLE history (inspection_time REAL PRIMARY KEY, "
+                    "statistic REAL NOT NULL)")
+        old.execute("INSERT INTO history VALUES (100.0, 4.5)")
+        old.execute("CREATE TABLE site_history (site TEXT NOT NULL, inspection_time REAL "
+                    "NOT NULL, statistic REAL NOT NULL, PRIMARY KEY (site, "
+                    "inspection_time)) WITHOUT ROWID")
+    state = AgentState(path)
+    assert state.history(0.0) == [(100.0, (4.5, None))]
+    state.add_history([(200.0, (5.0, 0.8)), (300.0, (6.0, float("nan")))])
+    assert state.history(150.0) == [(200.0, (5.0, 0.8)), (300.0, (6.0, None))]
+    state.close()
