@@ -224,7 +224,12 @@ def _operator(state_dir: Path, config_path: Path, ack_at: str, out: TextIO) -> N
     results = _results(state_dir)
     quiet = sum(r["inspection_time"] > incident["last_firing"] for r in results)
     check = incident.get("baseline_check") or {}
-    away = " and ".join(f"{s} (z {v['z']:+.1f})" for s, v in check.items())
+    from engine.live.reference import RETURN_Z
+
+    # the sensors still away from the reference (|z| or the spread's energy_z at least
+    # RETURN_Z), not every sensor the incident names
+    away = " and ".join(f"{s} (z {v['z']:+.1f})" for s, v in check.items()
+                        if abs(v["z"]) >= RETURN_Z or v.get("energy_z", 0.0) >= RETURN_Z)
     print(file=out)
     _say(out, f"{_clock(ack_at)} (data time): incident {incident['id']} is still open. Its "
          f"last firing inspection was {_clock(incident['last_firing'])}; the {quiet} since "
