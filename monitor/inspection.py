@@ -342,7 +342,7 @@ class Inspector:
         """The windows, the detection and the engine part's fit at each of ``times``
         whose windows can give the detection (calibrated rule), the engine fits in one
         batched program."""
-        from engine.live.engine_power import fit_powers, residual_pair
+        from engine.live.engine_power import residual_pair
         from engine.live.residual_shift import DetectionError, detect
         from monitor.windows import WindowError
 
@@ -356,8 +356,8 @@ class Inspector:
         if self.decision.engine_weight <= 0 or not out:
             return out
         rows = self.decision.engine_rows
-        fits = fit_powers([residual_pair(p.detection, rows) for p in out.values()],
-                          self.engine_part_selector())
+        fits = self.engine_part_selector().fit_many(  # type: ignore[attr-defined]
+            [residual_pair(p.detection, rows) for p in out.values()], errors="return")
         return {t: replace(p, engine_fit=f) for (t, p), f in zip(out.items(), fits, strict=True)}
 
     def _sensor_rows(self, result: InspectionResult, w: Windows, labels: list[str],
@@ -460,7 +460,8 @@ class Inspector:
             self._sensor_rows(result, w, labels, evidence, set(), z, expected)
             self._engine_scores(result, engine_scores)
             return
-        p_level = TailFit.of(level_hist).pvalue(det.value)
+        level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
+        p_level = level_fit.pvalue(det.value)
         p_engine = None
         if part is not None and power is not None and engine_hist.size >= cal.min_count:
             engine_fit = TailFit.of(engine_hist)
@@ -470,7 +471,7 @@ class Inspector:
         combined = combine(p_level, p_engine, d.engine_weight)
         # the level part's share of the level: all of it while the engine part cannot vote
         level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
-        limit = TailFit.of(level_hist).threshold(level_share)
+        limit = level_fit.threshold(level_share)
         block.p_value = _f(combined.p_value, 10)
         block.level_p_value = _f(p_level, 10)
         block.threshold = _f(limit)

@@ -38,7 +38,6 @@ Combined(p_value=0.01, part='level')
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -96,13 +95,3 @@ def combine(p_level: float, p_engine: float | None, weight: float) -> Combined:
     if engine_part < level_part:
         return Combined(float(min(1.0, engine_part)), "engine")
     return Combined(float(min(1.0, level_part)), "level")
-
-
-def fit_powers(pairs: Sequence[tuple[Any, Any]], selector: Any) -> list[Any]:
-    """Fit every residual pair with ``selector`` (a :class:`engine.CVAggregation`) in one
-    batched program (``fit_many``); each entry is its Selection, or the EngineError of a
-    pair that cannot be fitted."""
-    if not pairs:
-        return []
-    fits: list[Any] = selector.fit_many(list(pairs), errors="return")
-    return fits
