@@ -67,12 +67,31 @@ def _params_text(params: tuple[tuple[str, object], ...]) -> str:
     return ";".join(f"{k}={v}" for k, v in params)
 
 
+@dataclass(frozen=True)
+class Source:
+    """What the simulated source holds besides the two windows, and how seasonal it is."""
+
+    history_days: int = 0  # earlier daily inspection times it covers (0: the windows only)
+    drift_sd: float = 0.0  # slow network-wide demand drift (bench.null_streams)
+
+    @property
+    def text(self) -> str:
+        """Appended to the setting's params, so each source is its own row group."""
+        return ((f";history={self.history_days}d" if self.history_days else "")
+                + (f";drift_sd={self.drift_sd:g}" if self.drift_sd else ""))
+
+
 def null_readings(network_seed: int, stream_seed: int, t: pd.Timestamp, n_sensors: int,
-                  spec: object) -> pd.DataFrame:
-    """Long readings (time, sensor, value) covering both windows of inspection time ``t``."""
-    net = NullNetwork(n_sensors=n_sensors, seed=network_seed)
-    start = t - pd.Timedelta(spec.before)  # type: ignore[attr-defined]
-    days = (spec.before + spec.after) / pd.Timedelta(days=1)  # type: ignore[attr-defined]
+                  spec: object, source: Source = Source()) -> pd.DataFrame:
+    """Long readings (time, sensor, value) covering both windows of inspection time ``t``
+    and, with ``source.history_days``, the windows of that many earlier daily times whose
+    after window ends by ``t`` (monitor/decision/source_history.py)."""
+    net = NullNetwork(n_sensors=n_sensors, seed=network_seed, drift_sd=source.drift_sd)
+    before, after = pd.Timedelta(spec.before), pd.Timedelta(spec.after)  # type: ignore[attr-defined]
+    earlier = after + pd.Timedelta(days=source.history_days - 1) if source.history_days else \
+        pd.Timedelta(0)
+    start = t - before - earlier
+    days = (t + after - start) / pd.Timedelta(days=1)
     return NullNetwork.to_long(net.simulate(start, days, stream_seed=stream_seed))
 
 
@@ -93,28 +112,55 @@ def p_value_only(engine: object, spec: object, readings: pd.DataFrame, t: pd.Tim
     if selector.block_size is None:
         raise ValueError("--p-value-only needs block_size: without blocks the p-value comes "
                          "from the cross-fitted splits, so run the full pipeline")
-    return float(selector._p_value(selector._prepare(w.before, w.after), None))
+    p, _ = selector._p_value(selector._prepare(w.before, w.after), None)
+    return float(p)
+
+
+def history_p_value(engine: object, spec: object, readings: pd.DataFrame, t: pd.Timestamp,
+                    history_days: int) -> float:
+    """The decision's p-value with the source's history (the product's own functions,
+    monitor/decision/source_history.py): max(block p, history p), or the block p-value
+    while the history holds too few values."""
+    from engine.live.calibration import TailFit
+    from monitor.decision.source_history import history_needed, source_history
+    from monitor.windows import build_windows
+
+    p_block = p_value_only(engine, spec, readings, t)
+    w = build_windows(readings, t, spec)  # type: ignore[arg-type]
+    hist = source_history(t.to_pydatetime(), w, spec, lambda start, end: readings,  # type: ignore[arg-type]
+                          engine.make_selector().test_statistics,  # type: ignore[attr-defined]
+                          pd.Timedelta(days=history_days).to_pytimedelta())
+    if hist.values.size < history_needed(engine.alpha):  # type: ignore[attr-defined]
+        return p_block
+    return max(p_block, TailFit.of(hist.values).pvalue(hist.value))
 
 
 def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd.Timestamp,
-            n_sensors: int, alpha: float, p_only: bool = False) -> dict:
+            n_sensors: int, alpha: float, p_only: bool = False,
+            source: Source = Source()) -> dict:
     """One inspection through the agent's own Inspector (windows -> engine -> result)."""
-    from monitor.inspection import EngineSettings, Inspector
+    from engine.live.calibration import CalibrationSettings
+    from monitor.inspection import DecisionSettings, EngineSettings, Inspector
     from monitor.windows import WindowSpec
 
     spec = WindowSpec()  # the product defaults: 7 d / 7 d, 1 h means, normalise: before
-    readings = null_readings(network_seed, stream_seed, t, n_sensors, spec)
+    readings = null_readings(network_seed, stream_seed, t, n_sensors, spec, source)
     engine = EngineSettings(method=setting.method, alpha=alpha, seed=0, device="cpu",
                             block_rows=setting.block_rows, params=setting.params)
     if p_only:
         t0 = time.perf_counter()
-        p = p_value_only(engine, spec, readings, t)
+        p = (history_p_value(engine, spec, readings, t, source.history_days)
+             if source.history_days else p_value_only(engine, spec, readings, t))
         return {"blocks": setting.blocks, "method": setting.method, "inspection": i,
                 "network_seed": network_seed, "stream_seed": stream_seed,
                 "inspection_time": t.isoformat(), "p_value": p, "n_selected": -1,
                 "firing": int(p < alpha), "runtime_s": round(time.perf_counter() - t0, 3),
-                "params": _params_text(setting.params) + ";p_value_only"}
-    inspector = Inspector("null-bench", spec, engine, {"bench": "false_alarms"})
+                "params": _params_text(setting.params) + ";p_value_only" + source.text}
+    decision = DecisionSettings(
+        rule="engine", source_history=bool(source.history_days),
+        calibration=CalibrationSettings(history=pd.Timedelta(
+            days=max(source.history_days, 1)).to_pytimedelta()))
+    inspector = Inspector("null-bench", spec, engine, {"bench": "false_alarms"}, decision)
     result = inspector.run(t.to_pydatetime(), lambda start, end: readings).result
     if result["status"] == "error":
         raise RuntimeError(f"inspection {i} ended in error: {result.get('error')}")
@@ -124,7 +170,7 @@ def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd
             "n_selected": len(result["selected_sensors"]),
             "firing": int(result["status"] == "firing"),
             "runtime_s": float(result["engine"]["runtime_s"]),
-            "params": _params_text(setting.params)}
+            "params": _params_text(setting.params) + source.text}
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -220,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--p-value-only", action="store_true",
                     help="with block_size: compute only the reported p-value (identical to "
                          "the full pipeline's; firing counted as p < alpha, an upper bound)")
+    ap.add_argument("--history-days", type=int, default=0,
+                    help="earlier daily times the simulated source also covers: the decision "
+                         "is calibrated on them as well (decision.source_history); 0: the "
+                         "source holds the two windows only, the block p-value decides")
+    ap.add_argument("--drift-sd", type=float, default=0.0,
+                    help="seasonal streams: a slow network-wide demand drift (e.g. 0.03)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -243,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             r["firing"], r["inspection"] = int(r["firing"]), int(r["inspection"])
             r["p_value"], r["runtime_s"] = float(r["p_value"]), float(r["runtime_s"])
             r["params"] = r.get("params") or ""
-    suffix = ";p_value_only" if args.p_value_only else ""
+    source = Source(args.history_days, args.drift_sd)
+    suffix = (";p_value_only" if args.p_value_only else "") + source.text
     done = {(r["blocks"], r["method"], r["params"], r["inspection"]) for r in rows}
     plan = inspection_plan(args.inspections)
     new_file = not csv_path.exists()
@@ -259,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (setting.key[0], setting.key[1], setting.key[2] + suffix, i) in done:
                     continue
                 row = run_one(setting, i, i % args.networks, stream_seed, t, args.sensors,
-                              args.alpha, p_only=args.p_value_only)
+                              args.alpha, p_only=args.p_value_only, source=source)
                 writer.writerow(row)
                 fh.flush()
                 rows.append(row)

@@ -71,7 +71,8 @@ def build_decision(config: MonitorConfig) -> DecisionSettings:
                                       min_history=d.min_history, history=d.history)
     return DecisionSettings(rule=d.rule, detector=detector, calibration=calibration,
                             engine_weight=d.engine_weight,
-                            engine_rows=max(4, int(d.engine_rows / resample)))
+                            engine_rows=max(4, int(d.engine_rows / resample)),
+                            source_history=d.source_history)
 
 
 def build_inspector(config: MonitorConfig) -> Inspector:

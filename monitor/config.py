@@ -169,6 +169,10 @@ class DecisionConfig(_Section):
     engine_rows: Duration = Field(timedelta(hours=24),
                                   description="latest part of the before window the engine "
                                   "compares with the after window")
+    source_history: bool = Field(
+        True, description="engine rule: calibrate the decision also against the block "
+        "statistic at earlier daily times the source holds (decision.history back); false: "
+        "the block p-value alone")
 
     @model_validator(mode="after")
     def _positive(self) -> DecisionConfig:
@@ -393,9 +397,12 @@ class MonitorConfig(_Section):
             "windows": self.windows.model_dump(mode="json"),
             "engine": self.engine.model_dump(mode="json"),
         }
-        if self.decision.rule == "calibrated":  # engine-rule fingerprints stay as they were
+        if self.decision.rule == "calibrated":
             settings["decision"] = self.decision.model_dump(
                 mode="json", exclude={"resolve_after"})
+        elif self.decision.source_history:  # without it, engine-rule fingerprints as before
+            settings["decision"] = self.decision.model_dump(
+                mode="json", include={"source_history", "history"})
         return settings
 
     # -- sites ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from monitor.result import (
 from monitor.summary import format_change, format_deviation, summarise
 
 if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
+    import numpy as np
     import numpy.typing as npt
     import pandas as pd
 
@@ -61,6 +62,9 @@ class Selector(Protocol):
     """An engine selector (engine/selectors.py): before rows x, after rows y -> Selection."""
 
     def fit(self, x: pd.DataFrame, y: pd.DataFrame) -> Selection: ...
+
+    def test_statistics(self, pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]]
+                        ) -> npt.NDArray[np.float64]: ...
 
 
 def _version() -> str:
@@ -110,6 +114,9 @@ class DecisionSettings:
     their weighted Bonferroni combination (``engine_weight`` to the engine part) is below
     the level that gives the target mean time between false incidents.
     ``engine_rows``: before-window rows the engine part compares with the after window.
+    ``source_history`` (engine rule): the block p-value is combined with the block
+    statistic's p-value against its values at earlier daily times of the source, back over
+    ``calibration.history`` (:mod:`monitor.decision.source_history`).
     """
 
     rule: str = "engine"
@@ -117,6 +124,7 @@ class DecisionSettings:
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     engine_weight: float = ENGINE_WEIGHT
     engine_rows: int = ENGINE_ROWS
+    source_history: bool = True
 
 
 @dataclass
@@ -241,6 +249,8 @@ class Inspector:
                 self._decide_calibrated(result, windows, history)
             else:
                 self._fill(result, windows, None if prefit is None else prefit[1])
+                if self.decision.source_history:
+                    self._calibrate_on_source(result, windows, t, read_window)
         except WindowIncomplete as exc:
             self._incomplete(result, exc)
         except (WindowError, DetectionError) as exc:
@@ -401,10 +411,59 @@ class Inspector:
                           {str(s) for s in sel.candidates})
         p = float(sel.p_value)
         result.test.p_value = _f(p, 8)
-        significant = math.isfinite(p) and p < self.engine.alpha
-        result.status = "firing" if significant and result.selected_sensors else "ok"
+        self._decide_engine(result, p)
         result.generator.device = str(sel.device)
         result.engine = EngineBlock.from_dict(sel.to_dict())
+
+    def _decide_engine(self, result: InspectionResult, p: float) -> None:
+        """The engine rule's status from its decision p-value ``p``."""
+        significant = math.isfinite(p) and p < self.engine.alpha
+        result.status = "firing" if significant and result.selected_sensors else "ok"
+
+    def _calibrate_on_source(self, result: InspectionResult, w: Windows, t: datetime,
+                             read_window: ReadWindow) -> None:
+        """The engine rule's decision, calibrated on the source's history as well: the
+        block statistic at ``t`` against its values at earlier daily times, and the
+        decision on ``max(block p-value, history p-value)`` once the history holds enough
+        values (:mod:`monitor.decision.source_history`); ``detection`` reports it."""
+        from monitor.decision.source_history import (
+            SOURCE_HISTORY,
+            SOURCE_STATISTIC,
+            history_needed,
+            source_history,
+        )
+
+        p_block = result.test.p_value
+        if p_block is None:
+            return
+        from connectors.base import ConnectorError
+
+        alpha = self.engine.alpha
+        try:
+            hist = source_history(t, w, self.spec, read_window,
+                                  self.engine.make_selector().test_statistics,
+                                  self.decision.calibration.history)
+        except ConnectorError:
+            raise  # the source is down: retried, as the windows' own read is
+        except Exception:  # the block p-value still decides
+            log.exception("the source's history at %s could not be computed; the block "
+                          "p-value decides alone", iso(t))
+            return
+        need = history_needed(alpha)
+        block = DetectionBlock(statistic=SOURCE_STATISTIC, value=_f(hist.value),
+                               level=_f(alpha, 8), history_n=int(hist.values.size),
+                               history_needed=need, extra={"history_span": hist.span})
+        result.detection = block
+        if hist.values.size < need or not math.isfinite(hist.value):
+            return  # the block p-value decides alone
+        fit = TailFit.of(hist.values)
+        p_history = fit.pvalue(hist.value)
+        block.p_value = _f(p_history, 10)
+        block.threshold = _f(fit.threshold(alpha))
+        p = max(float(p_block), p_history)
+        result.test.p_value = _f(p, 8)
+        result.test.decision = SOURCE_HISTORY
+        self._decide_engine(result, p)
 
     def _decide_calibrated(self, result: InspectionResult, w: Windows,
                            history: npt.ArrayLike | None) -> None:
