@@ -73,11 +73,18 @@ class Source:
 
     history_days: int = 0  # earlier daily inspection times it covers (0: the windows only)
     drift_sd: float = 0.0  # slow network-wide demand drift (bench.null_streams)
+    block_alone: bool = False  # the same streams, but the block p-value decides alone
+
+    @property
+    def calibrates(self) -> bool:
+        """Whether the decision uses the source's history."""
+        return bool(self.history_days) and not self.block_alone
 
     @property
     def text(self) -> str:
         """Appended to the setting's params, so each source is its own row group."""
         return ((f";history={self.history_days}d" if self.history_days else "")
+                + (";block_alone" if self.block_alone else "")
                 + (f";drift_sd={self.drift_sd:g}" if self.drift_sd else ""))
 
 
@@ -150,14 +157,14 @@ def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd
     if p_only:
         t0 = time.perf_counter()
         p = (history_p_value(engine, spec, readings, t, source.history_days)
-             if source.history_days else p_value_only(engine, spec, readings, t))
+             if source.calibrates else p_value_only(engine, spec, readings, t))
         return {"blocks": setting.blocks, "method": setting.method, "inspection": i,
                 "network_seed": network_seed, "stream_seed": stream_seed,
                 "inspection_time": t.isoformat(), "p_value": p, "n_selected": -1,
                 "firing": int(p < alpha), "runtime_s": round(time.perf_counter() - t0, 3),
                 "params": _params_text(setting.params) + ";p_value_only" + source.text}
     decision = DecisionSettings(
-        rule="engine", source_history=bool(source.history_days),
+        rule="engine", source_history=source.calibrates,
         calibration=CalibrationSettings(history=pd.Timedelta(
             days=max(source.history_days, 1)).to_pytimedelta()))
     inspector = Inspector("null-bench", spec, engine, {"bench": "false_alarms"}, decision)
@@ -270,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="earlier daily times the simulated source also covers: the decision "
                          "is calibrated on them as well (decision.source_history); 0: the "
                          "source holds the two windows only, the block p-value decides")
+    ap.add_argument("--block-alone", action="store_true",
+                    help="with --history-days: the same streams, decided by the block p-value "
+                         "alone (the paired comparison)")
     ap.add_argument("--drift-sd", type=float, default=0.0,
                     help="seasonal streams: a slow network-wide demand drift (e.g. 0.03)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -295,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             r["firing"], r["inspection"] = int(r["firing"]), int(r["inspection"])
             r["p_value"], r["runtime_s"] = float(r["p_value"]), float(r["runtime_s"])
             r["params"] = r.get("params") or ""
-    source = Source(args.history_days, args.drift_sd)
+    source = Source(args.history_days, args.drift_sd, args.block_alone)
     suffix = (";p_value_only" if args.p_value_only else "") + source.text
     done = {(r["blocks"], r["method"], r["params"], r["inspection"]) for r in rows}
     plan = inspection_plan(args.inspections)

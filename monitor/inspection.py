@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
 log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "DecisionSettings", "EngineSettings", "Inspector", "Outcome",
-           "ReadWindow", "Selector", "fingerprint", "summarise"]
+           "ReadWindow", "Selector", "fingerprint", "read_span", "summarise"]
 
 #: read_window(start, end) -> long frame with columns time (UTC), sensor, value
 ReadWindow = Callable[["pd.Timestamp", "pd.Timestamp"], "pd.DataFrame"]
@@ -125,6 +125,19 @@ class DecisionSettings:
     engine_weight: float = ENGINE_WEIGHT
     engine_rows: int = ENGINE_ROWS
     source_history: bool = True
+
+
+def read_span(spec: WindowSpec, decision: DecisionSettings, t: datetime
+              ) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """``[start, end)`` of the readings an inspection at ``t`` reads: its two windows and,
+    under the engine rule with ``source_history``, the windows of its history's earlier
+    times (a job that carries its readings to a worker carries this span)."""
+    start, _, end = spec.bounds(t)
+    if decision.rule != "calibrated" and decision.source_history:
+        from monitor.decision.source_history import history_start
+
+        start = min(start, history_start(t, spec, decision.calibration.history))
+    return start, end
 
 
 @dataclass

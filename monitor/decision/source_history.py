@@ -84,6 +84,13 @@ def history_times(t: datetime, spec: WindowSpec, span: timedelta,
     return [latest - k * step for k in range(max(0, int(span / step)))]
 
 
+def history_start(t: datetime, spec: WindowSpec, span: timedelta) -> pd.Timestamp:
+    """Where the history at ``t`` begins: the before window of its oldest time (``t``'s
+    own before window when ``span`` holds no time)."""
+    times = history_times(t, spec, span)
+    return spec.bounds(times[-1] if times else t)[0]
+
+
 @dataclass(frozen=True)
 class SourceHistory:
     """The statistic at ``t`` and at the earlier times the source covers."""
@@ -111,8 +118,7 @@ def source_history(t: datetime, windows: Windows, spec: WindowSpec,
     times = history_times(t, spec, span)
     good: list[tuple[datetime, Windows]] = []
     if times:
-        start = spec.bounds(times[-1])[0]
-        frame = read_window(start, spec.bounds(t)[1])
+        frame = read_window(history_start(t, spec, span), spec.bounds(t)[1])
         first = frame["time"].min() if not frame.empty else None
         if first is not None and pd.Timestamp(first).tzinfo is None:
             first = pd.Timestamp(first).tz_localize("UTC")

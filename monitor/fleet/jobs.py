@@ -151,6 +151,12 @@ class InspectorSettings:
     def build(self) -> Inspector:
         return Inspector(self.site, self.spec, self.engine, self.settings, self.decision)
 
+    def read_span(self, t: datetime) -> tuple[pd.Timestamp, pd.Timestamp]:
+        """What an inspection at ``t`` reads (:func:`monitor.inspection.read_span`)."""
+        from monitor.inspection import read_span
+
+        return read_span(self.spec, self.decision, t)
+
 
 @dataclass(frozen=True)
 class SourceRead:
@@ -209,9 +215,10 @@ class InspectionJob:
     def with_windows(cls, inspector: InspectorSettings, t: datetime, read_window: ReadWindow,
                      history: np.ndarray | JobHistory | None = None) -> InspectionJob:
         """A job carrying the window frame read here with ``read_window`` (one query of
-        ``[t - B, t + A)``, the same one ``Inspector.run`` makes)."""
-        start, _, end = inspector.spec.bounds(t)
-        return cls(inspector, t, _history(history), frame=read_window(start, end))
+        ``[t - B, t + A)``, the same one ``Inspector.run`` makes, reaching back over the
+        source's history under the engine rule: ``InspectorSettings.read_span``)."""
+        return cls(inspector, t, _history(history),
+                   frame=read_window(*inspector.read_span(t)))
 
     @classmethod
     def with_source(cls, inspector: InspectorSettings, t: datetime, source: BaseModel,
@@ -222,9 +229,9 @@ class InspectionJob:
 
     def read_window(self) -> ReadWindow:
         """The worker's ``read_window(start, end)``: the carried frame (as is, for the
-        inspection's own bounds; sliced for any other range) or a read of the source."""
-        start, _, end = self.inspector.spec.bounds(self.inspection_time)
-        return _carried_reader(self.frame, self.source, (start, end))
+        span it was read for; sliced for any other range) or a read of the source."""
+        return _carried_reader(self.frame, self.source,
+                               self.inspector.read_span(self.inspection_time))
 
 
 @dataclass(frozen=True)
@@ -257,15 +264,16 @@ class InspectionBatch:
         return self.inspector.site
 
     def span(self) -> tuple[pd.Timestamp, pd.Timestamp]:
-        """``[times[0] - B, times[-1] + A)``: every window of the batch lies inside."""
-        return _span(self.inspector.spec, self.times)
+        """``[times[0] - B, times[-1] + A)`` (from further back with the source's history):
+        every read of the batch lies inside."""
+        return _span(self.inspector, self.times)
 
     @classmethod
     def with_windows(cls, inspector: InspectorSettings, times: Sequence[datetime],
                      read_window: ReadWindow) -> InspectionBatch:
         """A batch carrying the readings of its whole span, read here in one query."""
         ts = tuple(sorted(times))
-        return cls(inspector, ts, frame=read_window(*_span(inspector.spec, ts)))
+        return cls(inspector, ts, frame=read_window(*_span(inspector, ts)))
 
     @classmethod
     def with_source(cls, inspector: InspectorSettings, times: Sequence[datetime],
@@ -279,9 +287,10 @@ class InspectionBatch:
         return _carried_reader(self.frame, self.source, None)
 
 
-def _span(spec: WindowSpec, times: Sequence[datetime]) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """From the first window's start to the last window's end of sorted ``times``."""
-    return spec.bounds(times[0])[0], spec.bounds(times[-1])[2]
+def _span(inspector: InspectorSettings, times: Sequence[datetime]
+          ) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """From the first read's start to the last window's end of sorted ``times``."""
+    return inspector.read_span(times[0])[0], inspector.read_span(times[-1])[1]
 
 
 def _source_read(inspector: InspectorSettings, source: BaseModel) -> SourceRead:

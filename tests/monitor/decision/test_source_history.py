@@ -142,3 +142,38 @@ def test_a_failing_history_leaves_the_decision_to_the_block_p_value(unchanged, m
         result = _inspector().run(T, cached_reader(unchanged)).result
     assert result["status"] == "ok" and result.get("detection") is None
     assert "block p-value decides alone" in caplog.text
+
+
+def test_jobs_and_batches_carry_the_history_and_give_the_direct_result(unchanged) -> None:
+    """A worker gets the earlier weeks with its frame (InspectionJob, InspectionBatch),
+    so a cluster calibrates on the same history as one process."""
+    import pickle
+
+    from monitor.compose import build_inspector
+    from monitor.fleet.jobs import (
+        InspectionBatch,
+        InspectionJob,
+        InspectorSettings,
+        run_batch,
+        run_job,
+    )
+
+    inspector = build_inspector(validate_config(
+        {**_config(), "engine": {"params": {"n_splits": 3}}}))
+    settings = InspectorSettings.of(inspector)
+    read = cached_reader(unchanged)
+    times = [T - timedelta(days=1), T]
+    # the oldest of 28 daily times is t - 7d - 27d; its before window starts 7 days earlier
+    assert settings.read_span(T) == (pd.Timestamp(T) - pd.Timedelta(days=41), pd.Timestamp(T) + pd.Timedelta(days=7))
+    direct = [inspector.run(t, read).result for t in times]
+    shipped = [run_job(pickle.loads(pickle.dumps(InspectionJob.with_windows(settings, t, read))))
+               for t in times]
+    batched = run_batch(pickle.loads(pickle.dumps(
+        InspectionBatch.with_windows(settings, times, read))))
+    for a, b, c in zip(direct, shipped, batched, strict=True):
+        assert a["detection"]["history_n"] >= 20
+        for other in (b, c):
+            assert other["fingerprint"] == a["fingerprint"]
+            assert other["detection"] == a["detection"]
+            assert other["test"] == a["test"] or other["test"]["p_value"] == pytest.approx(
+                a["test"]["p_value"], abs=1e-6)
