@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
 
     from engine.live.residual_shift import Detection
     from engine.result import Selection
+    from monitor.decision.source_history import StatisticCache
     from monitor.storage.state import HistoryValue
     from monitor.windows import WindowIncomplete, Windows, WindowSpec
 
@@ -213,12 +214,13 @@ class Inspector:
         times before, and selectors without ``fit_many`` run one time after the other."""
         from monitor.windows import WindowError
 
+        cache: StatisticCache = {}  # the source's history, shared by consecutive times
         try:
             fit_many = getattr(self.engine.make_selector(), "fit_many", None)
         except Exception:  # noqa: BLE001 - bad engine settings: run() records the error
             fit_many = None
         if self.calibrated or fit_many is None or len(times) < 2:
-            return [self.run(t, read_window) for t in times]
+            return [self.run(t, read_window, history_cache=cache) for t in times]
         from connectors.base import ConnectorError
 
         windows: dict[datetime, Windows] = {}
@@ -234,13 +236,15 @@ class Inspector:
         except Exception:  # e.g. out of memory in the larger batch: one time at a time
             log.exception("batched fits of %d inspections failed; running them one by one",
                           len(times))
-            return [self.run(t, read_window) for t in times]
+            return [self.run(t, read_window, history_cache=cache) for t in times]
         prefit = dict(zip(windows, zip(windows.values(), fits, strict=True), strict=True))
-        return [self.run(t, read_window, prefit=prefit.get(t)) for t in times]
+        return [self.run(t, read_window, prefit=prefit.get(t), history_cache=cache)
+                for t in times]
 
     def run(self, t: datetime, read_window: ReadWindow,
             history: npt.ArrayLike | None = None,
-            prefit: tuple[Windows, Selection | Exception] | None = None) -> Outcome:
+            prefit: tuple[Windows, Selection | Exception] | None = None,
+            history_cache: StatisticCache | None = None) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
 
         ``history``: past values of the two statistics of this site (calibrated rule only;
@@ -248,6 +252,8 @@ class Inspector:
         statistic alone), from inspections whose after window ended by ``t``.
         ``prefit``: the windows at ``t`` and the engine's fit of them (or its error), when
         :meth:`run_many` fitted several times together (engine rule).
+        ``history_cache``: the source history's statistics that :meth:`run_many` shares
+        between its times (engine rule with ``source_history``).
         """
         from connectors.base import ConnectorError
         from engine.live.residual_shift import DetectionError
@@ -263,7 +269,7 @@ class Inspector:
             else:
                 self._fill(result, windows, None if prefit is None else prefit[1])
                 if self.decision.source_history:
-                    self._calibrate_on_source(result, windows, t, read_window)
+                    self._calibrate_on_source(result, windows, t, read_window, history_cache)
         except WindowIncomplete as exc:
             self._incomplete(result, exc)
         except (WindowError, DetectionError) as exc:
@@ -434,7 +440,8 @@ class Inspector:
         result.status = "firing" if significant and result.selected_sensors else "ok"
 
     def _calibrate_on_source(self, result: InspectionResult, w: Windows, t: datetime,
-                             read_window: ReadWindow) -> None:
+                             read_window: ReadWindow,
+                             cache: StatisticCache | None = None) -> None:
         """The engine rule's decision, calibrated on the source's history as well: the
         block statistic at ``t`` against its values at earlier daily times, and the
         decision on ``max(block p-value, history p-value)`` once the history holds enough
@@ -455,7 +462,7 @@ class Inspector:
         try:
             hist = source_history(t, w, self.spec, read_window,
                                   self.engine.make_selector().test_statistics,
-                                  self.decision.calibration.history)
+                                  self.decision.calibration.history, cache)
         except ConnectorError:
             raise  # the source is down: retried, as the windows' own read is
         except Exception:  # the block p-value still decides

@@ -105,38 +105,46 @@ class SourceHistory:
         return [iso(self.times[0]), iso(self.times[-1])] if self.times else None
 
 
+#: statistic values by history time, shared by the inspections of one run: the sensors
+#: its windows kept and its value, or None where its windows cannot be built
+StatisticCache = dict[datetime, "tuple[tuple[str, ...], float] | None"]
+
+
 def source_history(t: datetime, windows: Windows, spec: WindowSpec,
                    read_window: ReadWindow, statistics: Statistics,
-                   span: timedelta) -> SourceHistory:
+                   span: timedelta, cache: StatisticCache | None = None) -> SourceHistory:
     """The statistic of ``windows`` (the inspection at ``t``) and of the source at each of
-    :func:`history_times`, all in one call of ``statistics``. The source is read once, over
-    the span the history times need."""
+    :func:`history_times`, in one call of ``statistics``. The source is read once, over
+    the times not yet in ``cache`` (consecutive daily inspections share all history times
+    but one, so a backfill builds each time's windows once)."""
     import pandas as pd
 
     from monitor.windows import WindowError, build_windows
 
     times = history_times(t, spec, span)
-    good: list[tuple[datetime, Windows]] = []
-    if times:
-        frame = read_window(history_start(t, spec, span), spec.bounds(t)[1])
-        first = frame["time"].min() if not frame.empty else None
-        if first is not None and pd.Timestamp(first).tzinfo is None:
-            first = pd.Timestamp(first).tz_localize("UTC")
-        columns = list(windows.before.columns)
-        for when in times:
-            if first is None or spec.bounds(when)[0] < pd.Timestamp(first).floor(spec.resample):
+    cache = {} if cache is None else cache
+    missing = [x for x in times if x not in cache]
+    built: list[tuple[datetime, Windows]] = []
+    if missing:
+        frame = read_window(spec.bounds(missing[-1])[0], spec.bounds(missing[0])[2])
+        first = pd.Timestamp(frame["time"].min()) if not frame.empty else None
+        if first is not None and first.tzinfo is None:
+            first = first.tz_localize("UTC")
+        for when in missing:
+            cache[when] = None
+            if first is None or spec.bounds(when)[0] < first.floor(spec.resample):
                 continue  # the source's data starts inside this time's before window
             try:
-                w = build_windows(frame, when, spec)
+                built.append((when, build_windows(frame, when, spec)))
             except WindowError:
                 continue
-            if list(w.before.columns) != columns:
-                continue
-            good.append((when, w))
-    good.reverse()  # oldest first
     values = statistics([(windows.before, windows.after)]
-                        + [(w.before, w.after) for _, w in good])
-    kept = [i for i in range(len(good)) if np.isfinite(values[i + 1])]
+                        + [(w.before, w.after) for _, w in built])
+    for (when, w), value in zip(built, values[1:], strict=True):
+        if np.isfinite(value):
+            cache[when] = (tuple(str(c) for c in w.before.columns), float(value))
+    columns = tuple(str(c) for c in windows.before.columns)
+    kept = sorted((x, e[1]) for x in times if (e := cache[x]) is not None and e[0] == columns)
     log.debug("source history at %s: %d of %d earlier times", iso(t), len(kept), len(times))
-    return SourceHistory(float(values[0]), [good[i][0] for i in kept],
-                         np.asarray([values[i + 1] for i in kept], dtype=float))
+    return SourceHistory(float(values[0]), [x for x, _ in kept],
+                         np.asarray([v for _, v in kept], dtype=float))

@@ -177,3 +177,28 @@ def test_jobs_and_batches_carry_the_history_and_give_the_direct_result(unchanged
             assert other["detection"] == a["detection"]
             assert other["test"] == a["test"] or other["test"]["p_value"] == pytest.approx(
                 a["test"]["p_value"], abs=1e-6)
+
+
+def test_consecutive_times_build_each_history_time_once(unchanged, monkeypatch) -> None:
+    """run_many (backfill, batches) shares the history's statistics between its times:
+    three consecutive days build 28 + 1 + 1 history windows, not 3 x 28, and give the
+    results of one run per time."""
+    import monitor.windows as windows_module
+
+    inspector = _inspector()
+    read = cached_reader(unchanged)
+    times = [T - timedelta(days=2), T - timedelta(days=1), T]
+    alone = [inspector.run(t, read).result for t in times]
+    built: list[datetime] = []
+    real = windows_module.build_windows
+
+    def counting(frame: pd.DataFrame, t: datetime, spec: WindowSpec) -> Any:
+        built.append(t)
+        return real(frame, t, spec)
+
+    monkeypatch.setattr(windows_module, "build_windows", counting)
+    together = [o.result for o in inspector.run_many(times, read)]
+    history_builds = [x for x in built if x not in times]
+    assert len(history_builds) == len(set(history_builds)) == 28 + 1 + 1 - 8  # 8 precede the data
+    for a, b in zip(alone, together, strict=True):
+        assert b["detection"] == a["detection"] and b["test"] == a["test"]
