@@ -231,7 +231,9 @@ def apply_profile(data: dict[str, Any]) -> dict[str, Any]:
 
 class StoreConfig(_Section):
     retention: Duration | None = Field(
-        None, description="readings kept behind the newest; default before + after + 1d"
+        None, description="readings kept behind the newest; default before + after + 1d, "
+        "plus the history the decision reads (decision.min_history; engine rule with "
+        "decision.source_history: decision.history)"
     )
 
 
@@ -389,6 +391,8 @@ class MonitorConfig(_Section):
         span = w.before + w.after + timedelta(days=1)
         if self.decision.rule == "calibrated":  # the history backfill reads this far back
             span += self.decision.min_history
+        elif self.decision.source_history:  # the retrospective decision's earlier days
+            span += self.decision.history
         return self.store.retention or span
 
     def inspection_settings(self) -> dict[str, Any]:

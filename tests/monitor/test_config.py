@@ -36,7 +36,11 @@ def test_defaults_and_derived_values():
     c = validate_config({**GOOD, "profile": "retrospective"}, env={})
     assert c.windows.after == timedelta(days=7) and c.windows.normalise == "before"
     assert c.schedule.cron == "0 0 * * *" and c.block_rows == 24
-    assert c.decision.rule == "engine" and c.retention == timedelta(days=15)
+    # the store keeps the earlier days the decision calibrates on (decision.history)
+    assert c.decision.rule == "engine" and c.retention == timedelta(days=15 + 28)
+    off = validate_config({**GOOD, "profile": "retrospective",
+                           "decision": {"source_history": False}}, env={})
+    assert off.retention == timedelta(days=15)
     # keys given win over the profile's
     c = validate_config({**GOOD, "profile": "retrospective", "schedule": {"every": "1h"},
                          "windows": {"after": "1d"}}, env={})
