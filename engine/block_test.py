@@ -52,9 +52,8 @@ def block_permutation_pvalue(prep: Prepared, block_size: int, n_permutations: in
                                 n_permutations, rng)
     kmat = _unit_kernels(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma.unsqueeze(0),
                          kernel)  # (1, N, N)
-    z = prep.x
-    lab = torch.as_tensor(labels, dtype=z.dtype, device=z.device).unsqueeze(0)
-    valid = torch.ones(1, n + m, dtype=z.dtype, device=z.device)
+    lab = torch.as_tensor(labels, dtype=prep.x.dtype, device=prep.x.device).unsqueeze(0)
+    valid = torch.ones(1, n + m, dtype=prep.x.dtype, device=prep.x.device)
     return float(mmd_permutation_pvalues(kmat, lab, valid)[0])
 
 

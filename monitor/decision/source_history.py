@@ -20,7 +20,7 @@ and the block p-value are combined as an intersection-union test, ``max(p_block,
 p_history)``: the inspection fires only when both say the after window differs. That is
 valid at ``alpha`` when either p-value is (the block test when the days are exchangeable,
 the history when the statistic's distribution is stable over the source's weeks). It needs
-:func:`history_needed` values (``ceil(1 / alpha)``: 20 at 0.05, where the smallest
+:func:`history_needed` values (``floor(1 / alpha)``: 20 at 0.05, where the smallest
 conformal p-value 1/21 is below ``alpha``); with fewer, the block p-value decides alone.
 
 An earlier change inside the history raises its values and makes the decision more
