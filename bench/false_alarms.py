@@ -15,6 +15,12 @@ product default, "after").
     python -m bench.false_alarms                     # 100 inspections x {none, 1d}
     python -m bench.false_alarms --inspections 200 --blocks 1d --method cv-aggregation
 
+Seasonal streams and the retrospective decision's history (issue 18): ``--drift-sd 0.03``
+adds a slow network-wide demand drift; ``--history-days 28`` lets the simulated source
+hold 28 earlier daily times, on which the decision is calibrated as well
+(monitor/decision/source_history.py); ``--block-alone`` decides the same streams by the
+block p-value alone, the paired comparison.
+
 Writes ``bench/results/false_alarms.csv`` (one row per inspection and setting) and
 ``bench/results/false_alarms.md`` (rates with exact 95 % intervals). Rows are appended as
 they finish, so an interrupted run resumes where it stopped (same arguments).
