@@ -102,6 +102,9 @@ def _config(tmp_path, **schedule):
         "sinks": [], "profile": "retrospective",
         "windows": {"before": "2d", "after": "1d", "normalise": "before"},
         "schedule": {"every": "1d", "clock": "data", **schedule},
+        # the store keeps the windows' span alone (4 days), not the earlier days a
+        # source history would need
+        "decision": {"source_history": False},
     }, env={})
 
 
