@@ -134,8 +134,7 @@ def history_p_value(engine: object, spec: object, readings: pd.DataFrame, t: pd.
     """The decision's p-value with the source's history (the product's own functions,
     monitor/decision/source_history.py): max(block p, history p), or the block p-value
     while the history holds too few values."""
-    from engine.live.calibration import TailFit
-    from monitor.decision.source_history import history_needed, source_history
+    from monitor.decision.source_history import source_history
     from monitor.windows import build_windows
 
     p_block = p_value_only(engine, spec, readings, t)
@@ -143,9 +142,8 @@ def history_p_value(engine: object, spec: object, readings: pd.DataFrame, t: pd.
     hist = source_history(t.to_pydatetime(), w, spec, lambda start, end: readings,  # type: ignore[arg-type]
                           engine.make_selector().test_statistics,  # type: ignore[attr-defined]
                           pd.Timedelta(days=history_days).to_pytimedelta())
-    if hist.values.size < history_needed(engine.alpha):  # type: ignore[attr-defined]
-        return p_block
-    return max(p_block, TailFit.of(hist.values).pvalue(hist.value))
+    vote = hist.vote(engine.alpha)  # type: ignore[attr-defined]
+    return p_block if vote is None else max(p_block, vote[0])
 
 
 def run_one(setting: Setting, i: int, network_seed: int, stream_seed: int, t: pd.Timestamp,

@@ -469,17 +469,17 @@ class Inspector:
             log.exception("the source's history at %s could not be computed; the block "
                           "p-value decides alone", iso(t))
             return
-        need = history_needed(alpha)
         block = DetectionBlock(statistic=SOURCE_STATISTIC, value=_f(hist.value),
                                level=_f(alpha, 8), history_n=int(hist.values.size),
-                               history_needed=need, extra={"history_span": hist.span})
+                               history_needed=history_needed(alpha),
+                               extra={"history_span": hist.span})
         result.detection = block
-        if hist.values.size < need or not math.isfinite(hist.value):
+        vote = hist.vote(alpha)
+        if vote is None:
             return  # the block p-value decides alone
-        fit = TailFit.of(hist.values)
-        p_history = fit.pvalue(hist.value)
+        p_history, threshold = vote
         block.p_value = _f(p_history, 10)
-        block.threshold = _f(fit.threshold(alpha))
+        block.threshold = _f(threshold)
         p = max(float(p_block), p_history)
         result.test.p_value = _f(p, 8)
         result.test.decision = SOURCE_HISTORY

@@ -104,6 +104,17 @@ class SourceHistory:
         """[first, last] history time (ISO), None when the history is empty."""
         return [iso(self.times[0]), iso(self.times[-1])] if self.times else None
 
+    def vote(self, alpha: float) -> tuple[float, float] | None:
+        """(p-value of ``value`` against the history, the smallest value whose p-value is
+        below ``alpha``), or None while the history holds fewer than
+        :func:`history_needed` values (the block p-value then decides alone)."""
+        from engine.live.calibration import TailFit
+
+        if self.values.size < history_needed(alpha) or not math.isfinite(self.value):
+            return None
+        fit = TailFit.of(self.values)  # sorted once, asked for a p-value and a threshold
+        return fit.pvalue(self.value), fit.threshold(alpha)
+
 
 #: statistic values by history time, shared by the inspections of one run: the sensors
 #: its windows kept and its value, or None where its windows cannot be built
