@@ -59,6 +59,7 @@ bench: install system-deps
 	$(PY) -m bench.false_alarms --inspections 200 --blocks 1d --p-value-only --drift-sd 0.08 --history-days 28 --name false_alarms_seasonal_history
 	$(PY) -m bench.leak_delay --null-seeds 4
 	$(PY) -m bench.engine_on_residuals
+	$(PY) -m bench.small_leak
 	$(PY) -m bench.fleet
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in
