@@ -1,50 +1,46 @@
-"""One inspection: windows -> engine selector -> the result JSON of docs/result.md.
+"""One inspection: windows -> the decision rule -> the result JSON of docs/result.md.
 
 An inspection is a pure job ``(site, inspection_time, settings)`` that reads its windows
 through a function it is given, so it runs the same in the daemon, in ``inspect``, in a
-backfill, or (later) on a distributed worker. It builds a typed
-:class:`monitor.result.InspectionResult` and serialises it once, at the end.
+backfill, or on a distributed worker. It builds a typed
+:class:`monitor.result.InspectionResult` and serialises it once, at the end. The two
+decision rules that fill it live in ``monitor/decision/``: ``engine_rule.py`` (the
+retrospective profile) and ``calibrated_rule.py`` (the live profile).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from connectors.timeutil import format_duration, iso
-from engine.live.calibration import CalibrationSettings, TailFit
-from engine.live.engine_power import ENGINE_ROWS, ENGINE_STATISTIC, ENGINE_WEIGHT
-from engine.live.residual_shift import STATISTIC, DetectorSettings
+from engine.live.calibration import CalibrationSettings
+from engine.live.engine_power import ENGINE_ROWS, ENGINE_WEIGHT
+from engine.live.residual_shift import DetectorSettings
+from monitor.decision.calibrated_rule import Prepared, decide_calibrated, engine_part_selector
+from monitor.decision.engine_rule import calibrate_on_source, decide_on_engine
 from monitor.names import DEFAULT_METHOD, SELECTORS
 from monitor.result import (
-    CALIBRATED,
     SCHEMA,
     ChangeTest,
     DataQuality,
-    DetectionBlock,
-    EngineBlock,
-    EnginePart,
     Generator,
     InspectionResult,
-    SensorScore,
     WindowBounds,
     WindowsBlock,
-    finite,
 )
-from monitor.summary import format_change, format_deviation, summarise
+from monitor.summary import summarise
 
 if TYPE_CHECKING:  # pandas, numpy and torch load only when an inspection runs
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
 
-    from engine.live.residual_shift import Detection
     from engine.result import Selection
     from monitor.decision.source_history import StatisticCache
     from monitor.storage.state import HistoryValue
@@ -105,7 +101,8 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class DecisionSettings:
-    """How an inspection decides to fire.
+    """How an inspection decides to fire (the rules: :mod:`monitor.decision.engine_rule`,
+    :mod:`monitor.decision.calibrated_rule`).
 
     ``rule="engine"``: the engine's p-value against ``alpha`` (the retrospective profile).
     ``rule="calibrated"``: two statistics, each with its p-value from the site's own
@@ -154,20 +151,6 @@ class Outcome:
     def inspection(self) -> InspectionResult:
         """``result`` read back as the typed result (as it is now: incident included)."""
         return InspectionResult.from_dict(self.result)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """What the calibrated rule computes at one time before it needs the history: the
-    windows, the level statistic's detection and the engine part's fit of the residuals
-    (None: the engine part is off; an exception: its fit failed)."""
-
-    windows: Windows
-    detection: Detection
-    engine_fit: Selection | Exception | None = None
-
-
-_f = finite  # value -> rounded float, None when not finite
 
 
 class Inspector:
@@ -265,11 +248,14 @@ class Inspector:
         try:
             windows = prefit[0] if prefit is not None else self._windows(t, read_window)
             if self.calibrated:
-                self._decide_calibrated(result, windows, history)
+                decide_calibrated(result, windows, history, self.decision, self.engine)
             else:
-                self._fill(result, windows, None if prefit is None else prefit[1])
+                decide_on_engine(result, windows, self.engine,
+                                 None if prefit is None else prefit[1])
                 if self.decision.source_history:
-                    self._calibrate_on_source(result, windows, t, read_window, history_cache)
+                    calibrate_on_source(result, windows, t, read_window, self.spec,
+                                        self.engine, self.decision.calibration.history,
+                                        history_cache)
         except WindowIncomplete as exc:
             self._incomplete(result, exc)
         except (WindowError, DetectionError) as exc:
@@ -357,14 +343,9 @@ class Inspector:
         return out
 
     def engine_part_selector(self) -> Selector:
-        """The engine part's CV-aggregation (whatever ``engine.method`` names for the
-        engine rule and reports): the engine settings in float64, so that a
-        batched fit (the history, :meth:`detect_many`) and a single one (each inspection,
-        one per job on an executor) agree to 1e-14, not float32's 1e-6, and a history
-        computed here or on a cluster calibrates the same p-values."""
-        params = {**dict(self.engine.params), "dtype": "float64"}
-        return replace(self.engine, method="cv-aggregation",
-                       params=tuple(sorted(params.items()))).make_selector()
+        """The engine part's CV-aggregation, in float64
+        (:func:`monitor.decision.calibrated_rule.engine_part_selector`)."""
+        return engine_part_selector(self.engine)
 
     def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow
                         ) -> dict[datetime, Prepared]:
@@ -388,220 +369,3 @@ class Inspector:
         fits = self.engine_part_selector().fit_many(  # type: ignore[attr-defined]
             [residual_pair(p.detection, rows) for p in out.values()], errors="return")
         return {t: replace(p, engine_fit=f) for (t, p), f in zip(out.items(), fits, strict=True)}
-
-    def _sensor_rows(self, result: InspectionResult, w: Windows, labels: list[str],
-                     scores: list[float], chosen: set[str],
-                     z: dict[str, float] | None = None,
-                     expected: dict[str, float] | None = None) -> None:
-        """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors``."""
-        z = z or {}
-        order = sorted(range(len(labels)),
-                       key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
-                                      -abs(z.get(labels[i], 0.0)), labels[i]))
-        mb, ma = w.before.mean(), w.after.mean()
-        rb, ra = w.before_raw.mean(), w.after_raw.mean()
-        rows = []
-        for r, i in enumerate(order):
-            name = labels[i]
-            rows.append(SensorScore(
-                sensor_id=name, rank=r + 1, score=_f(scores[i]), selected=name in chosen,
-                mean_before=_f(mb[name]), mean_after=_f(ma[name]),
-                raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
-                z=_f(z[name], 4) if name in z else None,
-                expected_after=_f(expected[name]) if expected and name in expected else None,
-                change=(format_deviation(_f(ra[name]), _f(expected[name]))
-                        if expected and name in expected
-                        else format_change(_f(rb[name]), _f(ra[name])))))
-        result.sensors = rows
-        # selected sensors listed by rank
-        result.selected_sensors = [s.sensor_id for s in rows if s.selected]
-
-    def _fill(self, result: InspectionResult, w: Windows,
-              fitted: Selection | Exception | None = None) -> None:
-        """The engine rule: fit the windows (or take ``fitted``, raising it when it is the
-        fit's error) and decide on its p-value."""
-        if isinstance(fitted, Exception):
-            raise fitted
-        sel = fitted if fitted is not None else self.engine.make_selector().fit(w.before, w.after)
-        labels = [str(x) for x in sel.labels]
-        # The engine's candidates, not its `selected` (empty when p >= alpha): the result
-        # contract names the rule's picks on ok results too (docs/result.md).
-        self._sensor_rows(result, w, labels, [float(s) for s in sel.scores],
-                          {str(s) for s in sel.candidates})
-        p = float(sel.p_value)
-        result.test.p_value = _f(p, 8)
-        self._decide_engine(result, p)
-        result.generator.device = str(sel.device)
-        result.engine = EngineBlock.from_dict(sel.to_dict())
-
-    def _decide_engine(self, result: InspectionResult, p: float) -> None:
-        """The engine rule's status from its decision p-value ``p``."""
-        significant = math.isfinite(p) and p < self.engine.alpha
-        result.status = "firing" if significant and result.selected_sensors else "ok"
-
-    def _calibrate_on_source(self, result: InspectionResult, w: Windows, t: datetime,
-                             read_window: ReadWindow,
-                             cache: StatisticCache | None = None) -> None:
-        """The engine rule's decision, calibrated on the source's history as well: the
-        block statistic at ``t`` against its values at earlier daily times, and the
-        decision on ``max(block p-value, history p-value)`` once the history holds enough
-        values (:mod:`monitor.decision.source_history`); ``detection`` reports it."""
-        from monitor.decision.source_history import (
-            SOURCE_HISTORY,
-            SOURCE_STATISTIC,
-            history_needed,
-            source_history,
-        )
-
-        p_block = result.test.p_value
-        if p_block is None:
-            return
-        from connectors.base import ConnectorError
-
-        alpha = self.engine.alpha
-        try:
-            hist = source_history(t, w, self.spec, read_window,
-                                  self.engine.make_selector().test_statistics,
-                                  self.decision.calibration.history, cache)
-        except ConnectorError:
-            raise  # the source is down: retried, as the windows' own read is
-        except Exception:  # the block p-value still decides
-            log.exception("the source's history at %s could not be computed; the block "
-                          "p-value decides alone", iso(t))
-            return
-        block = DetectionBlock(statistic=SOURCE_STATISTIC, value=_f(hist.value),
-                               level=_f(alpha, 8), history_n=int(hist.values.size),
-                               history_needed=history_needed(alpha),
-                               extra={"history_span": hist.span})
-        result.detection = block
-        vote = hist.vote(alpha)
-        if vote is None:
-            return  # the block p-value decides alone
-        p_history, threshold = vote
-        block.p_value = _f(p_history, 10)
-        block.threshold = _f(threshold)
-        p = max(float(p_block), p_history)
-        result.test.p_value = _f(p, 8)
-        result.test.decision = SOURCE_HISTORY
-        self._decide_engine(result, p)
-
-    def _decide_calibrated(self, result: InspectionResult, w: Windows,
-                           history: npt.ArrayLike | None) -> None:
-        """The calibrated rule: the level statistic and the engine part's statistic, each
-        with its p-value from the history; the decision on their weighted Bonferroni
-        combination (:mod:`engine.live.engine_power`); on firing, the sensors named by the
-        part that fired."""
-        import numpy as np
-
-        from engine.live.engine_power import combine
-        from engine.live.residual_shift import detect
-
-        d = self.decision
-        det = detect(w.before_raw, w.after_raw, d.detector)
-        hist = np.asarray([] if history is None else history, dtype=float)
-        hist = hist.reshape(-1, 2) if hist.ndim == 2 or hist.size == 0 else \
-            np.column_stack([hist, np.full(hist.size, np.nan)])
-        level_hist = hist[:, 0]
-        engine_hist = hist[np.isfinite(hist[:, 1]), 1]
-        cal = d.calibration
-        block = DetectionBlock(
-            statistic=STATISTIC, value=_f(det.value), p_value=None, level=_f(cal.level, 8),
-            threshold=None, history_n=int(level_hist.size), history_needed=cal.min_count,
-            false_incident_interval=format_duration(cal.false_incident_interval))
-        result.detection = block
-        result.test.decision = CALIBRATED
-        labels = [str(c) for c in w.before.columns]
-        z = {s: float(v) for s, v in det.z.items()}
-        # what the sensor was expected to read over the after window: its raw mean less the
-        # shift the statistic measured (profile, local level and common mode accounted for)
-        raw_after = w.after_raw.mean()
-        expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
-        evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
-        sel, power = self._engine_part(det)
-        engine_scores: dict[str, float] = {}
-        if sel is not None:
-            engine_scores = dict(zip([str(x) for x in sel.labels],
-                                     [float(v) for v in sel.scores], strict=True))
-            result.generator.device = str(sel.device)
-        part = None
-        if d.engine_weight > 0:
-            part = EnginePart(statistic=ENGINE_STATISTIC,
-                              value=None if power is None else _f(power),
-                              weight=d.engine_weight, history_n=int(engine_hist.size))
-        block.engine = part
-        if level_hist.size < cal.min_count:
-            have = level_hist.size * cal.inspection_interval / timedelta(days=1)
-            need = cal.min_count * cal.inspection_interval / timedelta(days=1)
-            result.status = "calibrating"
-            result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
-                                  "no alert until then (backfill the source's history, "
-                                  "or wait)")
-            self._sensor_rows(result, w, labels, evidence, set(), z, expected)
-            self._engine_scores(result, engine_scores)
-            return
-        level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
-        p_level = level_fit.pvalue(det.value)
-        p_engine = None
-        if part is not None and power is not None and engine_hist.size >= cal.min_count:
-            engine_fit = TailFit.of(engine_hist)
-            p_engine = engine_fit.pvalue(power)
-            part.p_value = _f(p_engine, 10)
-            part.threshold = _f(engine_fit.threshold(cal.level * d.engine_weight))
-        combined = combine(p_level, p_engine, d.engine_weight)
-        # the level part's share of the level: all of it while the engine part cannot vote
-        level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
-        limit = level_fit.threshold(level_share)
-        block.p_value = _f(combined.p_value, 10)
-        block.level_p_value = _f(p_level, 10)
-        block.threshold = _f(limit)
-        result.test.p_value = _f(combined.p_value, 10)
-        if combined.p_value >= cal.level:
-            result.status = "ok"
-            self._sensor_rows(result, w, labels, evidence, set(), z, expected)
-            self._engine_scores(result, engine_scores)
-            return
-        result.status = "firing"
-        block.fired_by = combined.part
-        if combined.part == "engine" and sel is not None:
-            # Named by the engine: its candidates (the variables CV-aggregation selects
-            # from its scores), ranked by those scores; at least its top sensor.
-            chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
-                                                              key=engine_scores.__getitem__)}
-            scores = [engine_scores.get(s, 0.0) for s in labels]
-            self._sensor_rows(result, w, labels, scores, chosen, z, expected)
-        else:
-            # Named by the level part: every sensor whose z**2 alone clears its threshold
-            # (at least the strongest), ranked by |z|.
-            named = {s for s in labels if z[s] ** 2 >= limit} or {
-                max(labels, key=lambda s: abs(z[s]))}
-            self._sensor_rows(result, w, labels, evidence, named, z, expected)
-        self._engine_scores(result, engine_scores)
-        if sel is not None:
-            result.engine = EngineBlock.from_dict(sel.to_dict())
-
-    def _engine_part(self, det: Detection) -> tuple[Selection | None, float | None]:
-        """The engine part's fit of the residual windows and its statistic; (None, None)
-        when the part is off or its fit failed, which leaves the decision to the level
-        part (logged, never an error)."""
-        from engine.live.engine_power import residual_pair, validation_power
-
-        d = self.decision
-        if d.engine_weight <= 0:
-            return None, None
-        fit: Selection | Exception
-        try:
-            fit = self.engine_part_selector().fit(*residual_pair(det, d.engine_rows))
-        except Exception as exc:  # noqa: BLE001 - the level part still decides
-            fit = exc
-        if isinstance(fit, Exception):
-            log.warning("engine part: CV-aggregation could not fit the residual windows "
-                        "(%s); the level part decides alone", fit)
-            return None, None
-        return fit, validation_power(fit.details)
-
-    @staticmethod
-    def _engine_scores(result: InspectionResult, scores: dict[str, float]) -> None:
-        """Each sensor row's CV-aggregation score on the residual windows."""
-        if scores:
-            for row in result.sensors:
-                row.engine_score = _f(scores.get(row.sensor_id, 0.0))

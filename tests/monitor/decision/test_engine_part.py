@@ -102,7 +102,7 @@ def test_a_failing_engine_part_leaves_the_decision_to_the_level_part(cycle, capl
         "site": "sim", "source": {"type": "file", "path": "x.csv"},
         "engine": {"params": {"n_splits": 0}},  # CV-aggregation refuses this
         "decision": {"min_history": "2d"}}))
-    with caplog.at_level(logging.WARNING, logger="monitor.inspection"):
+    with caplog.at_level(logging.WARNING, logger="monitor.decision.calibrated_rule"):
         result = inspector.run(CHANGE, cached_reader(cycle), _history()).result
     assert result["status"] == "ok" and result.get("error") is None
     assert result["detection"]["engine"]["value"] is None

@@ -138,7 +138,7 @@ def test_a_failing_history_leaves_the_decision_to_the_block_p_value(unchanged, m
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(module, "source_history", broken)
-    with caplog.at_level(logging.ERROR, logger="monitor.inspection"):
+    with caplog.at_level(logging.ERROR, logger="monitor.decision.engine_rule"):
         result = _inspector().run(T, cached_reader(unchanged)).result
     assert result["status"] == "ok" and result.get("detection") is None
     assert "block p-value decides alone" in caplog.text

@@ -1,0 +1,179 @@
+"""The calibrated rule (the live profile): two statistics of the residual windows, each
+calibrated against the site's own history, and the decision on their weighted Bonferroni
+combination (docs/decision.md "The calibrated rule").
+
+The statistics are :mod:`engine.live.residual_shift` (the level part) and
+CV-aggregation's validation power on the same residuals (:mod:`engine.live.engine_power`,
+the engine part); their calibration is :mod:`engine.live.calibration`. This module applies
+them to one inspection's windows and fills its result: the detection block, the status,
+and the sensors named by the part that fired.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from connectors.timeutil import format_duration
+from engine.live.calibration import TailFit
+from engine.live.engine_power import ENGINE_STATISTIC
+from engine.live.residual_shift import STATISTIC
+from monitor.decision.sensor_rows import add_engine_scores, fill_sensor_rows
+from monitor.result import (
+    CALIBRATED,
+    DetectionBlock,
+    EngineBlock,
+    EnginePart,
+    InspectionResult,
+    finite,
+)
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from engine.live.residual_shift import Detection
+    from engine.result import Selection
+    from monitor.inspection import DecisionSettings, EngineSettings, Selector
+    from monitor.windows import Windows
+
+log = logging.getLogger(__name__)
+_f = finite  # value -> rounded float, None when not finite
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the calibrated rule computes at one time before it needs the history: the
+    windows, the level statistic's detection and the engine part's fit of the residuals
+    (None: the engine part is off; an exception: its fit failed)."""
+
+    windows: Windows
+    detection: Detection
+    engine_fit: Selection | Exception | None = None
+
+
+def engine_part_selector(engine: EngineSettings) -> Selector:
+    """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
+    rule and reports): the engine settings in float64, so that a batched fit (the history)
+    and a single one (each inspection, one per job on an executor) agree to 1e-14, not
+    float32's 1e-6, and a history computed here or on a cluster calibrates the same
+    p-values."""
+    params = {**dict(engine.params), "dtype": "float64"}
+    return replace(engine, method="cv-aggregation",
+                   params=tuple(sorted(params.items()))).make_selector()
+
+
+def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettings
+                ) -> tuple[Selection | None, float | None]:
+    """The engine part's fit of the residual windows and its statistic; (None, None) when
+    the part is off or its fit failed, which leaves the decision to the level part (logged,
+    never an error)."""
+    from engine.live.engine_power import residual_pair, validation_power
+
+    if decision.engine_weight <= 0:
+        return None, None
+    fit: Selection | Exception
+    try:
+        fit = engine_part_selector(engine).fit(*residual_pair(det, decision.engine_rows))
+    except Exception as exc:  # noqa: BLE001 - the level part still decides
+        fit = exc
+    if isinstance(fit, Exception):
+        log.warning("engine part: CV-aggregation could not fit the residual windows "
+                    "(%s); the level part decides alone", fit)
+        return None, None
+    return fit, validation_power(fit.details)
+
+
+def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLike | None,
+                      decision: DecisionSettings, engine: EngineSettings) -> None:
+    """The level statistic and the engine part's statistic, each with its p-value from
+    ``history`` ((n, 2): level, engine statistic with NaN where missing; (n,): the level
+    statistic alone); the decision on their weighted Bonferroni combination; on firing,
+    the sensors named by the part that fired."""
+    import numpy as np
+
+    from engine.live.engine_power import combine
+    from engine.live.residual_shift import detect
+
+    d = decision
+    det = detect(w.before_raw, w.after_raw, d.detector)
+    hist = np.asarray([] if history is None else history, dtype=float)
+    hist = hist.reshape(-1, 2) if hist.ndim == 2 or hist.size == 0 else \
+        np.column_stack([hist, np.full(hist.size, np.nan)])
+    level_hist = hist[:, 0]
+    engine_hist = hist[np.isfinite(hist[:, 1]), 1]
+    cal = d.calibration
+    block = DetectionBlock(
+        statistic=STATISTIC, value=_f(det.value), p_value=None, level=_f(cal.level, 8),
+        threshold=None, history_n=int(level_hist.size), history_needed=cal.min_count,
+        false_incident_interval=format_duration(cal.false_incident_interval))
+    result.detection = block
+    result.test.decision = CALIBRATED
+    labels = [str(c) for c in w.before.columns]
+    z = {s: float(v) for s, v in det.z.items()}
+    # what the sensor was expected to read over the after window: its raw mean less the
+    # shift the statistic measured (profile, local level and common mode accounted for)
+    raw_after = w.after_raw.mean()
+    expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
+    evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
+    sel, power = engine_part(det, d, engine)
+    engine_scores: dict[str, float] = {}
+    if sel is not None:
+        engine_scores = dict(zip([str(x) for x in sel.labels],
+                                 [float(v) for v in sel.scores], strict=True))
+        result.generator.device = str(sel.device)
+    part = None
+    if d.engine_weight > 0:
+        part = EnginePart(statistic=ENGINE_STATISTIC,
+                          value=None if power is None else _f(power),
+                          weight=d.engine_weight, history_n=int(engine_hist.size))
+    block.engine = part
+    if level_hist.size < cal.min_count:
+        have = level_hist.size * cal.inspection_interval / timedelta(days=1)
+        need = cal.min_count * cal.inspection_interval / timedelta(days=1)
+        result.status = "calibrating"
+        result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
+                              "no alert until then (backfill the source's history, "
+                              "or wait)")
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected)
+        add_engine_scores(result, engine_scores)
+        return
+    level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
+    p_level = level_fit.pvalue(det.value)
+    p_engine = None
+    if part is not None and power is not None and engine_hist.size >= cal.min_count:
+        engine_fit = TailFit.of(engine_hist)
+        p_engine = engine_fit.pvalue(power)
+        part.p_value = _f(p_engine, 10)
+        part.threshold = _f(engine_fit.threshold(cal.level * d.engine_weight))
+    combined = combine(p_level, p_engine, d.engine_weight)
+    # the level part's share of the level: all of it while the engine part cannot vote
+    level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
+    limit = level_fit.threshold(level_share)
+    block.p_value = _f(combined.p_value, 10)
+    block.level_p_value = _f(p_level, 10)
+    block.threshold = _f(limit)
+    result.test.p_value = _f(combined.p_value, 10)
+    if combined.p_value >= cal.level:
+        result.status = "ok"
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected)
+        add_engine_scores(result, engine_scores)
+        return
+    result.status = "firing"
+    block.fired_by = combined.part
+    if combined.part == "engine" and sel is not None:
+        # Named by the engine: its candidates (the variables CV-aggregation selects from
+        # its scores), ranked by those scores; at least its top sensor.
+        chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
+                                                          key=engine_scores.__getitem__)}
+        scores = [engine_scores.get(s, 0.0) for s in labels]
+        fill_sensor_rows(result, w, labels, scores, chosen, z, expected)
+    else:
+        # Named by the level part: every sensor whose z**2 alone clears its threshold (at
+        # least the strongest), ranked by |z|.
+        named = {s for s in labels if z[s] ** 2 >= limit} or {
+            max(labels, key=lambda s: abs(z[s]))}
+        fill_sensor_rows(result, w, labels, evidence, named, z, expected)
+    add_engine_scores(result, engine_scores)
+    if sel is not None:
+        result.engine = EngineBlock.from_dict(sel.to_dict())

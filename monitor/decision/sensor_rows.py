@@ -1,0 +1,49 @@
+"""The sensor rows of a result: every sensor ranked, the named ones marked (both rules)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from monitor.result import InspectionResult, SensorScore, finite
+from monitor.summary import format_change, format_deviation
+
+if TYPE_CHECKING:
+    from monitor.windows import Windows
+
+_f = finite  # value -> rounded float, None when not finite
+
+
+def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
+                     scores: list[float], chosen: set[str],
+                     z: dict[str, float] | None = None,
+                     expected: dict[str, float] | None = None) -> None:
+    """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors`` (the
+    ``chosen`` ones, by rank). ``expected``: each sensor's expected after-window level,
+    which its ``change`` text is stated against (else its before-window mean)."""
+    z = z or {}
+    order = sorted(range(len(labels)),
+                   key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
+                                  -abs(z.get(labels[i], 0.0)), labels[i]))
+    mb, ma = w.before.mean(), w.after.mean()
+    rb, ra = w.before_raw.mean(), w.after_raw.mean()
+    rows = []
+    for r, i in enumerate(order):
+        name = labels[i]
+        rows.append(SensorScore(
+            sensor_id=name, rank=r + 1, score=_f(scores[i]), selected=name in chosen,
+            mean_before=_f(mb[name]), mean_after=_f(ma[name]),
+            raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
+            z=_f(z[name], 4) if name in z else None,
+            expected_after=_f(expected[name]) if expected and name in expected else None,
+            change=(format_deviation(_f(ra[name]), _f(expected[name]))
+                    if expected and name in expected
+                    else format_change(_f(rb[name]), _f(ra[name])))))
+    result.sensors = rows
+    result.selected_sensors = [s.sensor_id for s in rows if s.selected]
+
+
+def add_engine_scores(result: InspectionResult, scores: dict[str, float]) -> None:
+    """Each sensor row's CV-aggregation score on the residual windows."""
+    if scores:
+        for row in result.sensors:
+            row.engine_score = _f(scores.get(row.sensor_id, 0.0))
