@@ -145,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s: %s", name, row)
         leaks.append(row)
         sums += cusum_rows
+    given = sys.argv[1:] if argv is None else argv
     lines = [f"# bench.small_leak ({machine_load()})", "",
-             "`python -m bench.small_leak " + " ".join(sys.argv[1:] if argv is None else argv) + "`", "",
+             "`python -m bench.small_leak " + " ".join(given) + "`", "",
              "## The leak against the network", "", *_table(leaks), "",
              "## A CUSUM over the hourly z", "", *_table(sums)]
     (OUT / "small_leak.md").write_text("\n".join(lines) + "\n")
