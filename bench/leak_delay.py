@@ -444,8 +444,9 @@ INT_COLUMNS = ["inspections", "calibrating", "errors", "incomplete", "firing",
                "false_incidents", "incidents_after_onset", "updated_events"]
 MD_COLUMNS = ["scenario", "changed", "delay_h", "named", "top3_at_detection", "delay_ranked_h",
               "nearest", "delay_near_h", "first_named", "open", "onset_error_h",
-              "onset_in_interval", "false_incidents", "false_per_30d", "leak_free_calibrated_days", "updated_events",
-              "s_per_inspection_mean", "s_per_inspection_p95"]
+              "onset_in_interval", "false_incidents", "false_per_30d",
+              "leak_free_calibrated_days", "updated_events", "s_per_inspection_mean",
+              "s_per_inspection_p95"]
 
 
 def main(argv: list[str] | None = None) -> int:
