@@ -89,6 +89,11 @@ class Prepared:
     def n_vars(self) -> int:
         return len(self.samples.labels)
 
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(n, m, A): pairs of one shape are computed in one batch."""
+        return self.x.shape[0], self.y.shape[0], self.x.shape[1]
+
     def expand(self, scores: np.ndarray) -> np.ndarray:
         """Scores on active columns (..., A) -> all columns (..., D), 0 elsewhere."""
         out = np.zeros(scores.shape[:-1] + (self.n_vars,))

@@ -81,7 +81,7 @@ def block_statistics(preps: Sequence[Prepared], kernel: KernelName = "gaussian")
     out = np.full(len(preps), np.nan)
     groups: dict[tuple[int, int, int], list[int]] = {}
     for i, prep in enumerate(preps):
-        groups.setdefault((prep.x.shape[0], prep.y.shape[0], prep.x.shape[1]), []).append(i)
+        groups.setdefault(prep.shape, []).append(i)
     for (n, m, a), members in groups.items():
         if a == 0:
             out[members] = 0.0  # nothing varies: no difference to measure

@@ -460,8 +460,7 @@ class CVAggregation(_LambdaSelector):
                 if prep.active.size == 0:
                     out[i] = self._trivial(prep, t0, self.n_lambdas)
                     continue
-                key = (prep.x.shape[0], prep.y.shape[0], prep.x.shape[1])
-                groups.setdefault(key, []).append((i, prep))
+                groups.setdefault(prep.shape, []).append((i, prep))
             for (n, m, a), members in groups.items():
                 # The lambda searches of a whole group are one batch (each is small); the
                 # training problems go in batches of ``max_batch_bytes``: on a CPU an epoch

@@ -342,11 +342,6 @@ class Inspector:
             out.append((prepared.detection.value, power))
         return out
 
-    def engine_part_selector(self) -> Selector:
-        """The engine part's CV-aggregation, in float64
-        (:func:`monitor.decision.calibrated_rule.engine_part_selector`)."""
-        return engine_part_selector(self.engine)
-
     def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow
                         ) -> dict[datetime, Prepared]:
         """The windows, the detection and the engine part's fit at each of ``times``
@@ -366,6 +361,6 @@ class Inspector:
         if self.decision.engine_weight <= 0 or not out:
             return out
         rows = self.decision.engine_rows
-        fits = self.engine_part_selector().fit_many(  # type: ignore[attr-defined]
+        fits = engine_part_selector(self.engine).fit_many(  # type: ignore[attr-defined]
             [residual_pair(p.detection, rows) for p in out.values()], errors="return")
         return {t: replace(p, engine_fit=f) for (t, p), f in zip(out.items(), fits, strict=True)}
