@@ -498,12 +498,16 @@ def _ledger_anchor(config: Any) -> Any:
 
 def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any,
                      publisher: Any) -> list[dict[str, Any]]:
-    """The backfill in this process, written in time order: under the calibrated rule one
+    """The backfill in this process, written in time order.
+
+    Calibrated rule, in two passes per :data:`~monitor.fleet.backfill.PREFIT_TIMES` times:
+    first the windows, level statistics and engine-part fits of all of them (one read, one
+    batched ``fit_many``: none of it depends on a decision), then the decisions one
     inspection after the other (each p-value needs the history before it), the agent's
     silent times observed and not written (``plan``: a
-    :class:`~monitor.fleet.backfill.BackfillPlan`), under the engine rule
+    :class:`~monitor.fleet.backfill.BackfillPlan`). Engine rule:
     ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
-    from monitor.fleet.backfill import MAX_BATCH, observe
+    from monitor.fleet.backfill import MAX_BATCH, PREFIT_TIMES, observe
     from monitor.progress import progress_bar
 
     times = plan.times
@@ -512,14 +516,19 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
         if inspector.calibrated and times else None
     results: list[dict[str, Any]] = []
     with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
-        step = 1 if tracker is not None else MAX_BATCH
+        step = PREFIT_TIMES if tracker is not None else MAX_BATCH
         for start in range(0, len(times), step):
             chunk = times[start:start + step]
             if tracker is None:
                 outcomes = inspector.run_many(chunk, read)
             else:
-                outcomes = [inspector.run(chunk[0], read, tracker.history_at(chunk[0]))]
-                observe(tracker, outcomes[0].result, read, chunk[0] in plan.probes)
+                prepared = inspector.fit_engine_many(chunk, read)  # the first pass
+                outcomes = []
+                for t in chunk:  # the second: decisions, history and incidents in order
+                    outcome = inspector.run(t, read, tracker.history_at(t),
+                                            prepared=prepared.pop(t, None))
+                    observe(tracker, outcome.result, read, t in plan.probes)
+                    outcomes.append(outcome)
             for t, outcome in zip(chunk, outcomes, strict=True):
                 if t not in plan.emit:
                     continue

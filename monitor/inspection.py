@@ -227,7 +227,8 @@ class Inspector:
     def run(self, t: datetime, read_window: ReadWindow,
             history: npt.ArrayLike | None = None,
             prefit: tuple[Windows, Selection | Exception] | None = None,
-            history_cache: StatisticCache | None = None) -> Outcome:
+            history_cache: StatisticCache | None = None,
+            prepared: Prepared | None = None) -> Outcome:
         """Inspect at ``t``. Never raises for bad data: such inspections end as ``error``.
 
         ``history``: past values of the two statistics of this site (calibrated rule only;
@@ -237,6 +238,9 @@ class Inspector:
         :meth:`run_many` fitted several times together (engine rule).
         ``history_cache``: the source history's statistics that :meth:`run_many` shares
         between its times (engine rule with ``source_history``).
+        ``prepared``: the windows, detection and engine-part fit at ``t`` from
+        :meth:`fit_engine_many` (calibrated rule: a backfill's first pass), which do not
+        depend on the history; the same outcome as without it.
         """
         from connectors.base import ConnectorError
         from engine.live.residual_shift import DetectionError
@@ -246,9 +250,13 @@ class Inspector:
         result = self._base(t)
         windows = None
         try:
-            windows = prefit[0] if prefit is not None else self._windows(t, read_window)
+            if prepared is not None:
+                windows = prepared.windows
+            else:
+                windows = prefit[0] if prefit is not None else self._windows(t, read_window)
             if self.calibrated:
-                decide_calibrated(result, windows, history, self.decision, self.engine)
+                decide_calibrated(result, windows, history, self.decision, self.engine,
+                                  prepared)
             else:
                 decide_on_engine(result, windows, self.engine,
                                  None if prefit is None else prefit[1])
@@ -317,6 +325,25 @@ class Inspector:
         start, t_utc, end = self.spec.bounds(t)
         return build_windows(read_window(start, end), t_utc, self.spec)
 
+    def _windows_many(self, times: Sequence[datetime], read_window: ReadWindow
+                      ) -> dict[datetime, Windows]:
+        """The windows at each of ``times`` that can be built (the others are left out),
+        from ONE read of their span binned once (:class:`monitor.windows.BinnedSpan`)."""
+        from monitor.windows import BinnedSpan, WindowError
+
+        if not times:
+            return {}
+        first, _, _ = self.spec.bounds(min(times))
+        _, _, last = self.spec.bounds(max(times))
+        span = BinnedSpan(read_window(first, last), first, last, self.spec)
+        out: dict[datetime, Windows] = {}
+        for t in times:
+            try:
+                out[t] = span.windows(t)
+            except WindowError:
+                continue
+        return out
+
     def detect(self, t: datetime, read_window: ReadWindow) -> HistoryValue | None:
         """Both statistics alone at ``t`` (one history value), None on bad data."""
         return self.detect_many([t], read_window)[0]
@@ -349,14 +376,12 @@ class Inspector:
         batched program."""
         from engine.live.engine_power import residual_pair
         from engine.live.residual_shift import DetectionError, detect
-        from monitor.windows import WindowError
 
         out: dict[datetime, Prepared] = {}
-        for t in times:
+        for t, w in self._windows_many(times, read_window).items():
             try:
-                w = self._windows(t, read_window)
                 out[t] = Prepared(w, detect(w.before_raw, w.after_raw, self.decision.detector))
-            except (WindowError, DetectionError):
+            except DetectionError:
                 continue
         if self.decision.engine_weight <= 0 or not out:
             return out

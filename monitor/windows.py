@@ -195,6 +195,55 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
     raise ValueError(f"unknown normalise {how!r}; use one of {', '.join(NORMALISE)}")
 
 
+class BinnedSpan:
+    """Readings of a span binned ONCE, from which the windows of many inspection times are
+    sliced (a backfill or a history: one pass over the readings, not a resample per
+    window).
+
+    ``bins`` (n_bins, sensors): the aggregates of ``resample``-wide bins counted from
+    ``origin``; a window whose start lies on that grid is the slice of its bins, holding
+    the sensors with a reading in it (what :func:`resample_window` gives, value for value:
+    the same readings fall in the same bin, in the same order). :meth:`windows` falls back
+    to :func:`build_windows` over the readings for a time off the grid.
+    """
+
+    def __init__(self, readings: pd.DataFrame, origin: pd.Timestamp, end: pd.Timestamp,
+                 spec: WindowSpec) -> None:
+        if not readings.empty and readings["time"].dt.tz is None:
+            readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
+        self.readings = readings
+        self.origin = to_utc(origin)
+        self.spec = spec
+        self.step = pd.Timedelta(spec.resample)
+        self.bins = resample_window(readings, self.origin, to_utc(end), self.step,
+                                    spec.aggregate)
+        self._values = self.bins.to_numpy(dtype=float)
+        self._seen = np.isfinite(self._values)
+
+    def _slice(self, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame | None:
+        """The bins of ``[start, end)`` as :func:`resample_window` returns them; None when
+        the window is off the grid or outside the span."""
+        offset, rest = divmod(start - self.origin, self.step)
+        n_bins = int((end - start) / self.step)
+        if rest or offset < 0 or offset + n_bins > len(self.bins):
+            return None
+        rows = slice(int(offset), int(offset) + n_bins)
+        keep = self._seen[rows].any(axis=0)
+        index = pd.date_range(start, periods=n_bins, freq=self.step, name="time")
+        return pd.DataFrame(self._values[rows][:, keep], index=index,
+                            columns=self.bins.columns[keep])
+
+    def windows(self, t: datetime) -> Windows:
+        """The windows at ``t`` (:func:`build_windows`' result and errors)."""
+        start, t_utc, end = self.spec.bounds(t)
+        before, after = self._slice(start, t_utc), self._slice(t_utc, end)
+        if before is None or after is None:
+            inside = self.readings[(self.readings["time"] >= start)
+                                   & (self.readings["time"] < end)]
+            return build_windows(inside, t_utc, self.spec)
+        return _windows_from_bins(self.readings, before, after, t_utc, self.spec)
+
+
 def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Windows:
     """Readings (long: ``time`` UTC, ``sensor``, ``value``) -> the two windows for ``t``.
 
@@ -206,6 +255,15 @@ def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Wind
         readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
     before = resample_window(readings, start, t, spec.resample, spec.aggregate)
     after = resample_window(readings, t, end, spec.resample, spec.aggregate)
+    return _windows_from_bins(readings, before, after, t, spec)
+
+
+def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame,
+                       t: pd.Timestamp, spec: WindowSpec) -> Windows:
+    """The windows at ``t`` from the binned before and after frames (coverage, drops,
+    fill, normalisation); ``readings`` only name where the data ends when it ends inside
+    the after window."""
+    start, t, end = spec.bounds(t)
     covered = after_covered(after)
     if covered < 1.0 and not before.empty and before.notna().any().any():
         # the data ends inside the after window: carrying the last values over the rest

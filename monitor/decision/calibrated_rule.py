@@ -63,20 +63,22 @@ def engine_part_selector(engine: EngineSettings) -> Selector:
                    params=tuple(sorted(params.items()))).make_selector()
 
 
-def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettings
+def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettings,
+                fit: Selection | Exception | None = None
                 ) -> tuple[Selection | None, float | None]:
     """The engine part's fit of the residual windows and its statistic; (None, None) when
     the part is off or its fit failed, which leaves the decision to the level part (logged,
-    never an error)."""
+    never an error). ``fit``: the fit already computed in a batch (:class:`Prepared`),
+    else it is fitted here."""
     from engine.live.engine_power import residual_pair, validation_power
 
     if decision.engine_weight <= 0:
         return None, None
-    fit: Selection | Exception
-    try:
-        fit = engine_part_selector(engine).fit(*residual_pair(det, decision.engine_rows))
-    except Exception as exc:  # noqa: BLE001 - the level part still decides
-        fit = exc
+    if fit is None:
+        try:
+            fit = engine_part_selector(engine).fit(*residual_pair(det, decision.engine_rows))
+        except Exception as exc:  # noqa: BLE001 - the level part still decides
+            fit = exc
     if isinstance(fit, Exception):
         log.warning("engine part: CV-aggregation could not fit the residual windows "
                     "(%s); the level part decides alone", fit)
@@ -85,18 +87,22 @@ def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettin
 
 
 def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLike | None,
-                      decision: DecisionSettings, engine: EngineSettings) -> None:
+                      decision: DecisionSettings, engine: EngineSettings,
+                      prepared: Prepared | None = None) -> None:
     """The level statistic and the engine part's statistic, each with its p-value from
     ``history`` ((n, 2): level, engine statistic with NaN where missing; (n,): the level
     statistic alone); the decision on their weighted Bonferroni combination; on firing,
-    the sensors named by the part that fired."""
+    the sensors named by the part that fired. ``prepared``: the detection and the engine
+    fit of ``w`` computed beforehand in a batch (a backfill's first pass), used as they
+    are: the decision is the same as with them computed here."""
     import numpy as np
 
     from engine.live.engine_power import combine
     from engine.live.residual_shift import detect
 
     d = decision
-    det = detect(w.before_raw, w.after_raw, d.detector)
+    det = prepared.detection if prepared is not None else \
+        detect(w.before_raw, w.after_raw, d.detector)
     hist = np.asarray([] if history is None else history, dtype=float)
     hist = hist.reshape(-1, 2) if hist.ndim == 2 or hist.size == 0 else \
         np.column_stack([hist, np.full(hist.size, np.nan)])
@@ -116,7 +122,8 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     raw_after = w.after_raw.mean()
     expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
     evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
-    sel, power = engine_part(det, d, engine)
+    sel, power = engine_part(det, d, engine,
+                             None if prepared is None else prepared.engine_fit)
     engine_scores: dict[str, float] = {}
     if sel is not None:
         engine_scores = dict(zip([str(x) for x in sel.labels],

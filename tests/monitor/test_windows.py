@@ -179,3 +179,52 @@ def test_aggregate_and_period_are_configurable():
     assert w.before["a"].tolist() == [1950.0, 2150.0, 2350.0]
     last = resample_window(readings(rows), start, T, timedelta(hours=1), "last")
     assert last["a"].iloc[0] == 1850.0
+
+
+def _random_readings(rng: np.random.Generator, start: pd.Timestamp, hours: int) -> pd.DataFrame:
+    """Three sensors at irregular times (some hours empty, one sensor silent for a while,
+    a NaN reading and a duplicate), the kind of stream a backfill bins."""
+    n = hours * 8
+    times = start + pd.to_timedelta(np.sort(rng.uniform(0, hours * 3600, n)), unit="s")
+    frame = pd.DataFrame({"time": np.repeat(times, 3),
+                          "sensor": np.tile(["a", "b", "c"], n),
+                          "value": rng.normal(10, 1, 3 * n)})
+    silent = (frame["sensor"] == "c") & (frame["time"] > start + pd.Timedelta(hours=20)) \
+        & (frame["time"] < start + pd.Timedelta(hours=27))
+    frame = frame[~silent].reset_index(drop=True)
+    frame.loc[5, "value"] = np.nan
+    return pd.concat([frame, frame.iloc[[7]].assign(value=99.0)], ignore_index=True)
+
+
+@pytest.mark.parametrize("aggregate", ["mean", "median", "last"])
+def test_binned_span_gives_the_windows_of_build_windows(aggregate):
+    """A backfill bins its span once and slices each time's windows: value for value the
+    windows (and errors) that build_windows gives from the readings, on the grid and off
+    it."""
+    from dataclasses import replace
+
+    from monitor.windows import BinnedSpan
+
+    rng = np.random.default_rng(3)
+    start = T - pd.Timedelta(hours=6)
+    frame = _random_readings(rng, start, 40)
+    spec = replace(SPEC, aggregate=aggregate, normalise="before", min_coverage=0.7)
+    first, last = start, start + pd.Timedelta(hours=40)
+    span = BinnedSpan(frame, first, last, spec)
+    times = [T + pd.Timedelta(hours=h) for h in range(0, 34)] + [T + pd.Timedelta(minutes=90)]
+    compared = 0
+    for t in times:
+        inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < t + spec.after)]
+        try:
+            want = build_windows(inside, t, spec)
+        except WindowError as exc:
+            with pytest.raises(type(exc), match="."):
+                span.windows(t)
+            continue
+        got = span.windows(t)
+        for name in ("before_raw", "after_raw", "before", "after"):
+            pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name),
+                                          check_exact=True, check_freq=False)
+        assert got.data_quality == want.data_quality
+        compared += 1
+    assert compared >= 20
