@@ -153,7 +153,12 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     if fmt == "auto":
         fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
     try:
-        raw = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(path)
+        # round_trip: each number parsed as Python's float() parses it (correctly rounded),
+        # the parse of an MQTT payload's value, so a CSV and its readings replayed through
+        # MQTT give the agent and a backfill the same bits (pandas' default converter may
+        # differ in the last bit)
+        raw = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(
+            path, float_precision="round_trip")
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         TooFewSamplesError,
         TooFewVariablesError,
     )
-    from engine.optimiser import FAST, PAPER, OptimiserConfig
+    from engine.optimiser import FAST, PAPER, SMOOTH, OptimiserConfig
     from engine.result import Selection
     from engine.selectors import CVAggregation, MMDBaseline, ModelSelection, RegressionBaseline
 
@@ -37,7 +37,7 @@ _HOMES = {
     **dict.fromkeys(["EmptyInputError", "EngineError", "InvalidParameterError",
                      "NonFiniteInputError", "ShapeMismatchError", "TooFewSamplesError",
                      "TooFewVariablesError"], "engine.errors"),
-    **dict.fromkeys(["FAST", "PAPER", "OptimiserConfig"], "engine.optimiser"),
+    **dict.fromkeys(["FAST", "PAPER", "SMOOTH", "OptimiserConfig"], "engine.optimiser"),
     "Selection": "engine.result",
     **dict.fromkeys(["CVAggregation", "MMDBaseline", "ModelSelection", "RegressionBaseline"],
                     "engine.selectors"),
@@ -59,6 +59,7 @@ __all__ = [
     "FAST",
     "METHODS",
     "PAPER",
+    "SMOOTH",
     "CVAggregation",
     "EmptyInputError",
     "EngineError",

@@ -117,10 +117,15 @@ def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: Heuristi
     )
 
 
-def gather(data: torch.Tensor, idx: PaddedIndex) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of data (n, A) for K padded index sets -> (K, w, A) and mask (K, w)."""
+def gather(data: torch.Tensor, idx: PaddedIndex, *, stacked: bool = False
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of data (n, A) for K padded index sets -> (K, w, A) and mask (K, w).
+    ``stacked``: data (N, n, A) of N data sets -> (N*K, w, A), data set major, and the
+    mask (K, w) of one data set."""
     index = torch.as_tensor(idx.index, device=data.device)
     mask = torch.as_tensor(idx.mask, dtype=data.dtype, device=data.device)
+    if stacked:
+        return data[:, index].flatten(0, 1), mask
     return data[index], mask
 
 
@@ -133,6 +138,22 @@ def split_problems(prep: Prepared, splits: Splits, part: str, kernel: KernelName
     ys, my = gather(prep.y, yi)
     return ProblemSet.build(xs, ys, prep.gamma, mx=mx, my=my, kernel=kernel,
                             estimator=estimator)
+
+
+def stacked_split_problems(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor,
+                           splits: Splits, part: str, kernel: KernelName,
+                           estimator: EstimatorName) -> ProblemSet:
+    """:func:`split_problems` of N data sets of one shape, x (N, n, A), y (N, m, A) with
+    length scales gamma (N, A), split alike: N*K sets, data set major."""
+    xi = splits.x_train if part == "train" else splits.x_val
+    yi = splits.y_train if part == "train" else splits.y_val
+    n_sets = x.shape[0]
+    xs, mx = gather(x, xi, stacked=True)
+    ys, my = gather(y, yi, stacked=True)
+    k_sets = xi.index.shape[0]
+    gammas = gamma.repeat_interleave(k_sets, 0).unsqueeze(1)  # (N*K, 1, A)
+    return ProblemSet.build(xs, ys, gammas, mx=mx.repeat(n_sets, 1), my=my.repeat(n_sets, 1),
+                            kernel=kernel, estimator=estimator)
 
 
 @dataclass
@@ -148,12 +169,10 @@ class Validation:
     labels: torch.Tensor
 
 
-def validation_set(prep: Prepared, splits: Splits, *, block_size: int | None,
-                   n_permutations: int, rng: np.random.Generator) -> Validation:
-    xs, mx = gather(prep.x, splits.x_val)
-    ys, my = gather(prep.y, splits.y_val)
-    z = torch.cat([xs, ys], dim=1)
-    valid = torch.cat([mx, my], dim=1)
+def validation_labels(splits: Splits, *, block_size: int | None, n_permutations: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Permutation labels (K, B+1, wx + wy) of the validation halves of K splits (row 0
+    observed; padded rows 0). They depend on the splits alone, not on the data."""
     k_sets, wx = splits.x_val.index.shape
     wy = splits.y_val.index.shape[1]
     labels = np.zeros((k_sets, n_permutations + 1, wx + wy))
@@ -164,13 +183,35 @@ def validation_set(prep: Prepared, splits: Splits, *, block_size: int | None,
                                  n_permutations, rng)
         labels[k][:, : rx.size] = lab[:, : rx.size]
         labels[k][:, wx: wx + ry.size] = lab[:, rx.size:]
-    return Validation(z, valid, torch.as_tensor(labels, dtype=z.dtype, device=z.device))
+    return labels
+
+
+def validation_set(prep: Prepared, splits: Splits, *, block_size: int | None,
+                   n_permutations: int, rng: np.random.Generator) -> Validation:
+    labels = validation_labels(splits, block_size=block_size, n_permutations=n_permutations,
+                               rng=rng)
+    return stacked_validation(prep.x.unsqueeze(0), prep.y.unsqueeze(0), splits, labels)
+
+
+def stacked_validation(x: torch.Tensor, y: torch.Tensor, splits: Splits,
+                       labels: np.ndarray) -> Validation:
+    """The validation halves of K splits of N data sets of one shape, x (N, n, A) and
+    y (N, m, A), as N*K sets (data set major), all with the same ``labels`` (K, B+1, Nv)
+    from :func:`validation_labels`."""
+    n_sets = x.shape[0]
+    xs, mx = gather(x, splits.x_val, stacked=True)
+    ys, my = gather(y, splits.y_val, stacked=True)
+    z = torch.cat([xs, ys], dim=1)
+    valid = torch.cat([mx, my], dim=1).repeat(n_sets, 1)
+    lab = torch.as_tensor(labels, dtype=z.dtype, device=z.device).repeat(n_sets, 1, 1)
+    return Validation(z, valid, lab)
 
 
 def split_mmd_pvalues(val: Validation, weights: torch.Tensor, gamma: torch.Tensor,
                       kernel: KernelName) -> np.ndarray:
     """Per-split p-values (K,) of the MMD permutation test on validation data with the
-    ARD kernel learned on the training half (weights (K, A)). All-zero weights -> p = 1."""
+    ARD kernel learned on the training half (weights (K, A); gamma (A,) or each set's
+    (K, A)). All-zero weights -> p = 1."""
     kmat = kernel_matrices(val.z, weights, gamma, kernel)
     p = mmd_permutation_pvalues(kmat, val.labels, val.valid).cpu().numpy()
     dead = (weights.abs().sum(-1) == 0).cpu().numpy()
@@ -208,12 +249,15 @@ def gate_mmd_pvalues(val: Validation, weights: torch.Tensor, subsets: np.ndarray
                      gamma: torch.Tensor, kernel: KernelName) -> np.ndarray:
     """MMD permutation p-values (K, L) of validation data under each learned ARD kernel
     (weights (K, L, A)) restricted to its selected subset (K, L, A) bool; an empty subset
-    gets p = 1. More powerful than the sliced Wasserstein gate for changes of scale or
+    gets p = 1. ``gamma``: (A,), or (K, A) for sets with their own length scales. More
+    powerful than the sliced Wasserstein gate for changes of scale or
     shape, because the kernel is the one trained (on the training half) to detect them."""
     k_sets, n_lambda, n_vars = weights.shape
     mask = torch.as_tensor(subsets, dtype=weights.dtype, device=weights.device)
     w = (weights.abs() * mask).reshape(k_sets * n_lambda, n_vars)
     z = val.z.repeat_interleave(n_lambda, 0)
+    if gamma.dim() == 2:  # (K, A): each set's own length scales
+        gamma = gamma.repeat_interleave(n_lambda, 0)
     kmat = kernel_matrices(z, w, gamma, kernel)
     p = mmd_permutation_pvalues(kmat, val.labels.repeat_interleave(n_lambda, 0),
                                 val.valid.repeat_interleave(n_lambda, 0)).cpu().numpy()

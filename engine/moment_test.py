@@ -43,10 +43,12 @@ def weighted_moment_statistics(z: torch.Tensor, in_x: torch.Tensor,
                                in_y: torch.Tensor) -> torch.Tensor:
     """The same for R pairs of row sets: ``in_x``, ``in_y`` (R, N) 0/1 memberships of the
     two samples (rows in neither are left out, e.g. a split's validation rows).
-    Returns (R, A, 4)."""
+    Returns (R, A, 4); stacked data sets z (S, N, A) give (S, R, A, 4)."""
     nx = in_x.sum(-1, keepdim=True)  # (R, 1)
     ny = in_y.sum(-1, keepdim=True)
-    powers = torch.stack([z, z.square(), z.pow(3), z.pow(4)])  # (4, N, A)
+    powers = torch.stack([z, z.square(), z.pow(3), z.pow(4)])  # (4, [S,] N, A)
+    if z.dim() == 3:  # (4, S, N, A): the memberships broadcast over the data sets
+        in_x, in_y, nx, ny = in_x[None], in_y[None], nx[None], ny[None]
     cx = _central(torch.matmul(in_x / nx, powers))  # (4, R, A)
     cy = _central(torch.matmul(in_y / ny, powers))
     tiny = torch.finfo(z.dtype).tiny
@@ -60,9 +62,11 @@ def weighted_moment_statistics(z: torch.Tensor, in_x: torch.Tensor,
 
 def standardise(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Pooled rows [x; y] (N, A) in float64, mean 0 and sd 1 per column over all rows (a
-    transform that does not depend on which rows are X)."""
-    z = torch.cat([x, y]).to(torch.float64)
-    return (z - z.mean(0)) / z.std(0).clamp_min(torch.finfo(torch.float64).tiny)
+    transform that does not depend on which rows are X). Stacked data sets, x (S, n, A)
+    and y (S, m, A), give (S, N, A)."""
+    z = torch.cat([x, y], dim=-2).to(torch.float64)
+    sd = z.std(-2, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    return (z - z.mean(-2, keepdim=True)) / sd
 
 
 def _central(raw: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ and its own early stop (the paper's rule: the objective's max - min over the las
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,8 +47,11 @@ class OptimiserConfig:
     it has reached, its weights go back to that best point, its step size is halved and its
     Adam moments restart (None: off). Large multiplicative steps can otherwise jump into
     the collapsed-kernel plateau (every off-diagonal kernel value ~0, MMD^2 and its
-    variance ~0, no gradient) and stay there. Whatever the setting, the best point seen is
-    returned, not the last iterate.
+    variance ~0, no gradient) and stay there. With ``keep_best`` (the default) the best
+    point seen is returned, not the last iterate; without it the last iterate (picking
+    one iterate over another is a jump in the result). ``schedule``: ``"plateau"``
+    (the reduction above) or ``"cosine"`` (lr down to 0 over ``max_epochs``, for every
+    problem alike). ``tol=0`` never stops a problem early.
 
     ``FAST`` (the engine default): log scale, lr 0.5 (the paper's plateau reduction,
     patience 10, brings it down), backtrack 0.1, 20-epoch window, 80-epoch cap, snap 0.05.
@@ -76,6 +80,8 @@ class OptimiserConfig:
     log_scale: bool = False
     snap: float = 0.0
     backtrack: float | None = None
+    keep_best: bool = True
+    schedule: str = "plateau"
 
     def __post_init__(self) -> None:
         if not (self.lr > 0 and self.max_epochs >= 1 and self.window >= 2 and self.tol >= 0):
@@ -83,11 +89,26 @@ class OptimiserConfig:
                 "optimiser needs lr > 0, max_epochs >= 1, window >= 2 and tol >= 0; got "
                 f"{self}"
             )
+        if self.schedule not in SCHEDULES:
+            raise InvalidParameterError(
+                f"optimiser schedule must be one of {SCHEDULES}, got {self.schedule!r}")
 
+
+#: step-size schedules: "plateau" (reduce on a plateau, per problem) or "cosine" (from lr
+#: down to 0 over max_epochs, the same for every problem)
+SCHEDULES: tuple[str, ...] = ("plateau", "cosine")
 
 PAPER = OptimiserConfig(lr=0.01, max_epochs=99_999, window=100, min_lr=0.0, nonnegative=False)
 FAST = OptimiserConfig(lr=0.5, max_epochs=80, window=20, log_scale=True, snap=0.05,
                        backtrack=0.1)
+#: Weights that are a continuous function of the data: every decision of ``FAST`` that
+#: compares two numbers (the early stop, the plateau cut, backtracking, the best point
+#: kept, the snap) is gone; 40 epochs whose step size falls from 0.5 to 0 on a cosine, and
+#: the last iterate. Adam's steps near an optimum flip with the gradient's sign, and over
+#: more epochs at a high step size a 1e-7 change of the data grows to a 1e-2 change of the
+#: weights; the cosine's small last steps let the iterate settle instead (bench.sensitivity).
+SMOOTH = OptimiserConfig(lr=0.5, max_epochs=40, window=20, tol=0.0, log_scale=True,
+                         schedule="cosine", keep_best=False)
 
 
 @dataclass
@@ -253,8 +274,9 @@ def minimise(
 
     Each epoch: one forward and backward pass, then per problem: remember the lowest
     point, backtrack on a blow-up (``config.backtrack``), reduce the step size on a
-    plateau, stop when flat, and take an Adam step. At the end the best point seen is
-    taken and, with ``config.snap``, small weights are snapped to 0.
+    plateau (or follow the cosine schedule), stop when flat, and take an Adam step. At the
+    end the best point seen is taken (``config.keep_best``) and, with ``config.snap``,
+    small weights are snapped to 0.
     """
     dtype, device = problems.delta.dtype, problems.delta.device
     lambdas = lambdas.to(dtype=dtype, device=device)
@@ -271,7 +293,10 @@ def minimise(
             _track_lowest(s, loss)
             if config.backtrack is not None:
                 loss, grad = _backtrack(s, loss, grad, config.backtrack)
-            _reduce_on_plateau(s, loss, config)
+            if config.schedule == "cosine":
+                s.lr.fill_(config.lr * 0.5 * (1 + math.cos(math.pi * epoch / config.max_epochs)))
+            else:
+                _reduce_on_plateau(s, loss, config)
             _stop_flat(s, loss, epoch, config)
             _adam_step(s, grad, config)
         if epoch % 10 == 9 and not bool(s.active.any()):
@@ -279,8 +304,12 @@ def minimise(
     with torch.no_grad():
         # The best point seen (Adam's last iterate can sit above it).
         final_now = problems.loss(weights_of(s.a.detach()), lambdas, objective)
-        a = weights_of(torch.where((final_now <= s.lowest).unsqueeze(-1), s.a.detach(), s.best_a))
-        final = problems.loss(a, lambdas, objective)
+        if config.keep_best:
+            a = weights_of(torch.where((final_now <= s.lowest).unsqueeze(-1), s.a.detach(),
+                                       s.best_a))
+            final = problems.loss(a, lambdas, objective)
+        else:
+            a, final = weights_of(s.a.detach()), final_now
         if config.snap > 0:
             a, final = _snap(problems, a, final, lambdas, objective, config.snap)
     log.debug("optimised %d problems in %d epochs", shape[0] * shape[1], epoch + 1)

@@ -111,3 +111,32 @@ def select(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 100) -
     chosen = np.flatnonzero(scores > thr)
     chosen = chosen[np.argsort(-scores[chosen], kind="stable")]
     return chosen, thr
+
+
+def select_masks(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 100
+                 ) -> np.ndarray:
+    """:func:`select` of many score vectors at once: scores (..., D) -> bool (..., D), True
+    where selected. The gap rule is computed for all vectors together (the same arithmetic
+    as :func:`gap_threshold`, so the same picks); the others one vector at a time."""
+    scores = np.abs(np.asarray(scores, dtype=np.float64))
+    out = np.zeros(scores.shape, dtype=bool)
+    if scores.size == 0:
+        return out
+    if rule != "gap":
+        check_rule(rule)
+        flat, mask = scores.reshape(-1, scores.shape[-1]), out.reshape(-1, scores.shape[-1])
+        for row in range(flat.shape[0]):
+            mask[row, select(flat[row], rule, bins)[0]] = True
+        return out
+    top = scores.max(axis=-1, keepdims=True)
+    positive = top > 0
+    s = np.sort(np.clip(scores / np.where(positive, top, 1.0), 0, None), axis=-1)
+    keep_all = np.nextafter(top * s[..., :1], -np.inf)
+    if scores.shape[-1] == 1:
+        thr = keep_all
+    else:
+        gaps = np.diff(s, axis=-1)
+        i = gaps.argmax(axis=-1)[..., None]
+        widest = np.take_along_axis(gaps, i, axis=-1)
+        thr = np.where(s[..., :1] > widest, keep_all, top * np.take_along_axis(s, i, axis=-1))
+    return (scores > np.maximum(thr, 0.0)) & positive

@@ -35,17 +35,19 @@ from engine.errors import EngineError, InvalidParameterError
 from engine.kernels import HeuristicName, KernelName, check_kernel
 from engine.lambdas import search_lambdas_many
 from engine.moment_test import moment_permutation_pvalue
-from engine.optimiser import FAST, PAPER, OptimiserConfig, minimise
+from engine.optimiser import FAST, PAPER, SMOOTH, OptimiserConfig, minimise
 from engine.permutation import combine_split_pvalues
 from engine.problems import ESTIMATORS, OBJECTIVES, EstimatorName, ObjectiveName, ProblemSet
 from engine.result import Selection
-from engine.selection import DEFAULT_RULE, RuleName, check_rule, select
+from engine.selection import DEFAULT_RULE, RuleName, check_rule, select, select_masks
 from engine.splits import Splits, block_ids, make_splits, permutation_labels
 from engine.starts import memberships, moment_starts, pick_lower
 
 log = logging.getLogger(__name__)
 GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd")
-STARTS: tuple[str, ...] = ("ones", "ones+moments")
+#: largest permutation-statistics batch (bytes) of the batched split fits
+_PERMUTATION_BYTES = 4 * 2**20
+STARTS: tuple[str, ...] = ("ones", "ones+moments", "moments")
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,10 @@ def _optimiser(value: str | OptimiserConfig) -> OptimiserConfig:
         return FAST
     if value == "paper":
         return PAPER
+    if value == "smooth":
+        return SMOOTH
     raise InvalidParameterError(
-        f"optimiser must be 'fast', 'paper' or an OptimiserConfig, got {value!r}"
+        f"optimiser must be 'fast', 'paper', 'smooth' or an OptimiserConfig, got {value!r}"
     )
 
 
@@ -191,7 +195,8 @@ class _Selector:
         return params
 
     # -- shared steps ------------------------------------------------------------------
-    def _p_value(self, prep: F.Prepared, split_p: np.ndarray) -> tuple[float, dict[str, float]]:
+    def _p_value(self, prep: F.Prepared, split_p: np.ndarray,
+                 moment_labels: torch.Tensor | None = None) -> tuple[float, dict[str, float]]:
         """The reported p-value and its parts.
 
         Rows exchangeable: ``min(1, p_split / w, p_moments / (1 - w))`` with w =
@@ -202,10 +207,12 @@ class _Selector:
         sees changes of one variable's mean, spread or shape with all the rows). Whole
         blocks (block_size): a full-sample block permutation test, because a validation
         half has too few blocks to ever reach alpha (see engine/block_test.py).
+        ``moment_labels``: :meth:`_moment_labels` of the data's shape, drawn once for many
+        data sets (None: drawn here).
         """
         if self.block_size is None:
             p_split = combine_split_pvalues(split_p)
-            p_moments = self._moment_pvalue(prep)
+            p_moments = self._moment_pvalue(prep, moment_labels)
             w = self.split_weight
             p = min(1.0, p_split / w, p_moments / (1 - w))
             return p, {"split": p_split, "moments": p_moments}
@@ -215,12 +222,17 @@ class _Selector:
                                      self.seed, self.kernel)
         return p, {"block": p}
 
-    def _moment_pvalue(self, prep: F.Prepared) -> float:
-        n, m = prep.x.shape[0], prep.y.shape[0]
-        rng = np.random.default_rng([self.seed, 0x30E])  # its own stream: splits unchanged
-        labels = permutation_labels(block_ids(n, None), block_ids(m, None),
-                                    self.p_value_permutations, rng)
-        p, _ = moment_permutation_pvalue(prep.x, prep.y, torch.as_tensor(labels))
+    def _moment_labels(self, n: int, m: int) -> torch.Tensor:
+        """The moment test's permutation labels (B+1, n+m): a stream of their own (the
+        splits' draws are unchanged by it), the same for every data set of n and m rows."""
+        rng = np.random.default_rng([self.seed, 0x30E])
+        return torch.as_tensor(permutation_labels(block_ids(n, None), block_ids(m, None),
+                                                  self.p_value_permutations, rng))
+
+    def _moment_pvalue(self, prep: F.Prepared, labels: torch.Tensor | None = None) -> float:
+        if labels is None:
+            labels = self._moment_labels(prep.x.shape[0], prep.y.shape[0])
+        p, _ = moment_permutation_pvalue(prep.x, prep.y, labels)
         return p
 
     def _prepare(self, x: Any, y: Any) -> F.Prepared:
@@ -275,7 +287,15 @@ class _Selector:
         """:meth:`_split_fit` of several data sets of one shape, their training problems
         solved as ONE batch (N data sets x K splits x L lambdas); each data set draws from
         its own ``rng`` in the order a single fit does, so each gets the fit it would get
-        alone."""
+        alone.
+
+        With the MMD gate a fit's draws (the splits, the permutation labels) depend on the
+        shape alone, so data sets whose streams are in one state draw them once and every
+        step after the optimiser is one batched computation too
+        (:meth:`_split_fits_shared`)."""
+        if self.gate_test == "mmd" and all(
+                r.bit_generator.state == rngs[0].bit_generator.state for r in rngs[1:]):
+            return self._split_fits_shared(preps, lambdas, n_splits, rngs)
         setups = [self._split_setup(p, lam, n_splits, rng)
                   for p, lam, rng in zip(preps, lambdas, rngs, strict=True)]
         train = ProblemSet.concat([s.train for s in setups])
@@ -290,6 +310,75 @@ class _Selector:
                                            int(res.total_epochs), rng))
         return fits
 
+    def _split_fits_shared(self, preps: list[F.Prepared], lambdas: list[np.ndarray],
+                           n_splits: int, rngs: list[np.random.Generator]) -> list[SplitFit]:
+        """:meth:`_split_fits` for data sets that draw the same splits and labels: drawn
+        once, and the N*K sets (data set major) computed together from the stacked data
+        x (N, n, A), y (N, m, A)."""
+        rng = rngs[0]
+        n, m, _ = preps[0].shape
+        splits = make_splits(n, m, n_splits, rng, train_fraction=self.train_fraction,
+                             block_size=self.block_size)
+        gate_labels = F.validation_labels(splits, block_size=None,
+                                          n_permutations=self.n_permutations, rng=rng)
+        p_labels = gate_labels
+        if self.p_value_permutations != self.n_permutations or self.block_size is not None:
+            p_labels = F.validation_labels(splits, block_size=self.block_size,
+                                           n_permutations=self.p_value_permutations, rng=rng)
+        for other in rngs[1:]:  # each stream ends where a fit of its own leaves it
+            other.bit_generator.state = rng.bit_generator.state
+        x = torch.stack([p.x for p in preps])
+        y = torch.stack([p.y for p in preps])
+        gamma = torch.stack([p.gamma for p in preps])  # (N, A)
+        train = F.stacked_split_problems(x, y, gamma, splits, "train", self.kernel,
+                                         self.estimator)
+        lam = torch.cat([torch.as_tensor(v, dtype=x.dtype, device=x.device).expand(n_splits, -1)
+                         for v in lambdas])  # (N*K, L)
+        init, start = self._starting_points(x, y, splits, train, lam)
+        res = minimise(train, lam, objective=self.objective, config=_optimiser(self.optimiser),
+                       init=init)
+        weights = res.weights.abs()  # (N*K, L, A)
+        val_problems = F.stacked_split_problems(x, y, gamma, splits, "val", self.kernel,
+                                                self.estimator)
+        with torch.no_grad():
+            val_ratio = val_problems.ratio(weights).cpu().numpy()
+            train_ratio = train.ratio(weights).cpu().numpy()
+        w_np = weights.cpu().numpy()
+        subsets = select_masks(w_np, self.selection)
+        gammas = gamma.repeat_interleave(n_splits, 0)  # (N*K, A)
+        # The p-value kernel is chosen on training data only (highest unpenalised training
+        # power), so each split p-value stays exactly valid.
+        best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
+        w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
+        gate_p = np.empty(val_ratio.shape)
+        split_p = np.empty(weights.shape[0])
+        # permutation statistics of a few data sets at a time: (K L, B+1, Nv) per data set
+        per_set = n_splits * max(weights.shape[1] * gate_labels.shape[1], p_labels.shape[1]) \
+            * gate_labels.shape[2] * x.element_size()
+        step = max(1, _PERMUTATION_BYTES // max(per_set, 1))
+        for first in range(0, len(preps), step):
+            part = slice(first, min(first + step, len(preps)))
+            rows = slice(part.start * n_splits, part.stop * n_splits)
+            # The gate only weights the scores; the reported p-value carries the
+            # false-alarm guarantee. With whole-day blocks a validation half has so few
+            # blocks that a block-permuted gate could never pass (min p ~ 0.1), so the
+            # gate permutes rows.
+            val = F.stacked_validation(x[part], y[part], splits, gate_labels)
+            gate_p[rows] = F.gate_mmd_pvalues(val, weights[rows], subsets[rows], gammas[rows],
+                                              self.kernel)
+            val_p = val if p_labels is gate_labels else \
+                F.stacked_validation(x[part], y[part], splits, p_labels)
+            split_p[rows] = F.split_mmd_pvalues(val_p, w_best[rows], gammas[rows], self.kernel)
+        start_np = start.cpu().numpy()
+        fits = []
+        for i in range(len(preps)):
+            rows = slice(i * n_splits, (i + 1) * n_splits)
+            fits.append(SplitFit(weights=w_np[rows], val_ratio=val_ratio[rows],
+                                 subsets=subsets[rows], gate_p=gate_p[rows],
+                                 split_p=split_p[rows], train_ratio=train_ratio[rows],
+                                 epochs=int(res.total_epochs), start=start_np[rows]))
+        return fits
+
     def _split_setup(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
                      rng: np.random.Generator) -> _SplitSetup:
         n, m = prep.x.shape[0], prep.y.shape[0]
@@ -297,7 +386,8 @@ class _Selector:
                              block_size=self.block_size)
         train = F.split_problems(prep, splits, "train", self.kernel, self.estimator)
         lam = torch.as_tensor(lambdas, dtype=prep.dtype, device=prep.device)
-        init, start = self._starting_points(prep, splits, train, lam)
+        init, start = self._starting_points(prep.x.unsqueeze(0), prep.y.unsqueeze(0), splits,
+                                            train, lam)
         return _SplitSetup(splits, train, lam, init, start)
 
     def _split_finish(self, prep: F.Prepared, setup: _SplitSetup, weights: torch.Tensor,
@@ -337,39 +427,60 @@ class _Selector:
                         split_p=split_p, train_ratio=train_ratio,
                         epochs=epochs, start=start.cpu().numpy())
 
-    def _starting_points(self, prep: F.Prepared, splits: Splits, train: ProblemSet,
-                         lam: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Initial weights (K, L, A) of the training problems and which start each got (K,
-        L; 0 all ones, 1 moments). ``starts="ones"``: the paper's all ones.
+    def _starting_points(self, x: torch.Tensor, y: torch.Tensor, splits: Splits,
+                         train: ProblemSet, lam: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Initial weights (N*K, L, A) of the training problems of N data sets x (N, n, A),
+        y (N, m, A) split alike, and which start each got (N*K, L; 0 all ones, 1 moments).
+        ``lam``: (L,) or (N*K, L). ``starts="ones"``: the paper's all ones.
         ``"ones+moments"``: per split and lambda, whichever of all ones and the split's
-        moment start (engine/starts.py) has the lower regularised training objective."""
-        k_sets, n_lam, a = splits.n_splits, lam.shape[0], prep.x.shape[1]
-        ones = torch.ones(k_sets, n_lam, a, dtype=prep.dtype, device=prep.device)
+        moment start (engine/starts.py) has the lower regularised training objective;
+        ``"moments"``: the moment start alone (a continuous function of the data, where
+        the pick between two starts is a jump)."""
+        n_sets, n, a = x.shape
+        m = y.shape[1]
+        k_sets, n_lam = splits.n_splits * n_sets, lam.shape[-1]
+        ones = torch.ones(k_sets, n_lam, a, dtype=x.dtype, device=x.device)
         if self.starts == "ones":
             return ones, torch.zeros(k_sets, n_lam, dtype=torch.int64)
-        n, m = prep.x.shape[0], prep.y.shape[0]
         in_x = memberships(splits.x_train, n, 0, n + m)
         in_y = memberships(splits.y_train, m, n, n + m)
-        moments = moment_starts(prep.x, prep.y, in_x, in_y)  # (K, A)
+        moments = moment_starts(x, y, in_x, in_y).reshape(k_sets, a)  # (N*K, A)
+        if self.starts == "moments":
+            return (moments.unsqueeze(1).expand(-1, n_lam, -1).contiguous(),
+                    torch.ones(k_sets, n_lam, dtype=torch.int64))
         both = torch.cat([ones, moments.unsqueeze(1).expand(-1, n_lam, -1)], dim=1)
         with torch.no_grad():
-            loss = train.loss(both, torch.cat([lam, lam]), self.objective)  # (K, 2L)
+            loss = train.loss(both, torch.cat([lam, lam], dim=-1), self.objective)  # (., 2L)
         return pick_lower(both, loss, 2)
 
 
 class _LambdaSelector(_Selector):
     """Selectors over Algorithm 3's candidate lambdas, with a gate on validation data:
     their shared parameters and the lambda search. ``search_epochs`` caps the optimiser's
-    epochs in the lambda search (None: no extra cap)."""
+    epochs in the lambda search (None: no extra cap). ``lambdas``: ``"search"`` (the
+    paper's Algorithm 3, the default) or the penalties themselves (then ``n_lambdas`` is
+    their count and nothing is searched)."""
 
     def __init__(self, *, n_lambdas: int = 6, lambda_lower: float = 0.01,
                  gate_alpha: float = 0.05, search_epochs: int | None = 30,
-                 **kwargs: Any) -> None:
+                 lambdas: str | Sequence[float] = "search", **kwargs: Any) -> None:
         self.search_epochs = search_epochs
+        self.lambdas = lambdas if isinstance(lambdas, str) else tuple(float(v) for v in lambdas)
+        if not isinstance(lambdas, str):
+            n_lambdas = len(self.lambdas)
         self.n_lambdas = int(n_lambdas)
         self.lambda_lower = float(lambda_lower)
         self.gate_alpha = float(gate_alpha)
         super().__init__(**kwargs)
+        if isinstance(self.lambdas, str) and self.lambdas != "search":
+            raise InvalidParameterError(
+                f"lambdas must be 'search' (Algorithm 3) or a sequence of penalties, got "
+                f"{self.lambdas!r}")
+        if not isinstance(self.lambdas, str) and (
+                len(self.lambdas) < 1 or not all(v >= 0 for v in self.lambdas)):
+            raise InvalidParameterError(
+                f"lambdas must hold at least one penalty >= 0, got {self.lambdas!r}")
         if search_epochs is not None and (int(search_epochs) != search_epochs or search_epochs < 1):
             raise InvalidParameterError(
                 f"search_epochs must be a positive integer or None (no cap), got {search_epochs!r}")
@@ -380,7 +491,12 @@ class _LambdaSelector(_Selector):
     def _lambda_candidates_many(self, preps: list[F.Prepared]
                                 ) -> list[tuple[np.ndarray, dict[str, Any]]]:
         """Algorithm 3's candidate lambdas and search details of each data set (one shape),
-        all searches solved together."""
+        all searches solved together; ``lambdas`` given: those, for every data set (no
+        search: the grid does not jump with the data)."""
+        if not isinstance(self.lambdas, str):
+            fixed = np.asarray(self.lambdas, dtype=np.float64)
+            return [(fixed, {"lambda_upper": float(fixed.max()), "lambda_path": []})
+                    for _ in preps]
         config = _optimiser(self.optimiser)
         if self.search_epochs is not None:
             # Algorithm 3 only needs each lambda's selected set, which settles before the
@@ -494,11 +610,13 @@ class CVAggregation(_LambdaSelector):
             part = slice(start, start + size)
             fits += self._split_fits(preps[part], [lam for lam, _ in candidates[part]],
                                      self.n_splits, rngs[part])
-        return [self._aggregate(prep, lambdas, dict(details), fit, t0)
+        labels = self._moment_labels(*preps[0].shape[:2]) if self.block_size is None else None
+        return [self._aggregate(prep, lambdas, dict(details), fit, t0, labels)
                 for prep, (lambdas, details), fit in zip(preps, candidates, fits, strict=True)]
 
     def _aggregate(self, prep: F.Prepared, lambdas: np.ndarray, details: dict[str, Any],
-                   fit: SplitFit, t0: float) -> Selection:
+                   fit: SplitFit, t0: float,
+                   moment_labels: torch.Tensor | None = None) -> Selection:
         """The scores Pi from one data set's split fits, the selection and the p-value."""
         w, val_ratio, gate_p, split_p = fit.weights, fit.val_ratio, fit.gate_p, fit.split_p
         top = w.max(axis=-1, keepdims=True)
@@ -516,7 +634,7 @@ class CVAggregation(_LambdaSelector):
         per_lambda = (gain[..., None] * normalised).mean(axis=0)  # (L, A)
         scores = per_lambda.mean(axis=0)
         chosen, thr = select(scores, self.selection)
-        p_value = self._p_value(prep, split_p)
+        p_value = self._p_value(prep, split_p, moment_labels)
         details.update(gate_p_values=gate_p, val_ratio=val_ratio, epochs=fit.epochs,
                        moment_start_share=float(fit.start.mean()),
                        gate_fallback=bool(fell_back))

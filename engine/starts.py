@@ -40,7 +40,8 @@ def moment_starts(x: torch.Tensor, y: torch.Tensor, in_x: np.ndarray,
     """Starting weights (K, A) from the training halves of K splits.
 
     ``x`` (n, A), ``y`` (m, A); ``in_x``, ``in_y`` (K, n + m) training memberships in the
-    pooled rows [x; y]. Variable d gets ``sqrt(A) * max(u_d / max_e u_e, floor)^2`` with u
+    pooled rows [x; y]. Stacked data sets split alike, x (N, n, A) and y (N, m, A), give
+    (N, K, A). Variable d gets ``sqrt(A) * max(u_d / max_e u_e, floor)^2`` with u
     its largest moment |t| on the split's training rows (engine/moment_test.py): the
     squared ratio concentrates the start on the clearly changed variables, and sqrt(A)
     cancels the kernel's 1/A so that a lone variable sees its own length scale.
@@ -50,7 +51,7 @@ def moment_starts(x: torch.Tensor, y: torch.Tensor, in_x: np.ndarray,
                                    torch.as_tensor(in_y, dtype=z.dtype, device=z.device))
     u = t.amax(-1)  # (K, A)
     rel = (u / u.amax(-1, keepdim=True).clamp_min(1e-12)).clamp_min(START_FLOOR)
-    return (rel.square() * x.shape[1] ** 0.5).to(dtype=x.dtype)
+    return (rel.square() * x.shape[-1] ** 0.5).to(dtype=x.dtype)
 
 
 def pick_lower(weights: torch.Tensor, loss: torch.Tensor, n_starts: int) -> tuple[torch.Tensor, torch.Tensor]:

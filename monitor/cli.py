@@ -500,14 +500,15 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                      publisher: Any) -> list[dict[str, Any]]:
     """The backfill in this process, written in time order.
 
-    Calibrated rule, in two passes per :data:`~monitor.fleet.backfill.PREFIT_TIMES` times:
+    Calibrated rule, in two passes per :data:`~monitor.inspection.PREFIT_TIMES` times:
     first the windows, level statistics and engine-part fits of all of them (one read, one
     batched ``fit_many``: none of it depends on a decision), then the decisions one
     inspection after the other (each p-value needs the history before it), the agent's
     silent times observed and not written (``plan``: a
     :class:`~monitor.fleet.backfill.BackfillPlan`). Engine rule:
     ``monitor.fleet.backfill.MAX_BATCH`` times at a time through ``Inspector.run_many``."""
-    from monitor.fleet.backfill import MAX_BATCH, PREFIT_TIMES, observe
+    from monitor.fleet.backfill import MAX_BATCH, observe
+    from monitor.inspection import PREFIT_TIMES
     from monitor.progress import progress_bar
 
     times = plan.times
@@ -653,28 +654,17 @@ def _os_user() -> str:
 
 def cmd_ack(args: argparse.Namespace) -> int:
     """Store an operator's ack of an open incident in the agent's state database."""
-    from monitor.config import load_config
-    from monitor.storage.acks import AckRejected, record_ack
-    from monitor.storage.state import AgentState
+    from monitor.storage.acks import AckRejected, NoAgentState, acknowledge
 
-    config = load_config(args.config)
-    path = Path(config.state_dir) / "state.sqlite"
-    if not path.exists():  # never create an empty state: the agent has not run here
-        raise BadInput(f"no agent state at {path}: the agent of {args.config} has not run "
-                       "there yet, so no incident is open; check --config (its state_dir)")
     by = (args.by or "").strip() or _os_user()
-    state = AgentState(path)
     try:
-        ack_id, site = record_ack(state, args.incident, by=by, via="cli", note=args.note,
-                                  any_site=True)
+        reply = acknowledge(args.config, args.incident, by=by, note=args.note, via="cli")
+    except NoAgentState as exc:
+        raise BadInput(str(exc)) from None
     except AckRejected as exc:
         raise BadInput(f"{exc} (see the agent's results or MQTT alerts for incident ids)"
                        ) from None
-    finally:
-        state.close()
-    where = "" if site is None else f" (site {site})"
-    print(f"ack {ack_id}: incident {args.incident}{where} accepted by {by}; the running "
-          "agent resolves it at its next inspection (reason: accepted)")
+    print(reply)
     return EXIT_OK
 
 

@@ -18,7 +18,8 @@ from engine.live.calibration import CalibrationSettings
 from engine.live.residual_shift import DetectorSettings
 from monitor.config import MonitorConfig, SiteConfig
 from monitor.decision.incidents import IncidentSettings
-from monitor.inspection import DecisionSettings, EngineSettings, Inspector, Outcome
+from monitor.decision.settings import DecisionSettings, EngineSettings
+from monitor.inspection import Inspector, Outcome
 from monitor.service.metrics import Metrics
 from monitor.windows import WindowSpec
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 #: engine method name -> engine selector class name (imported lazily, see
-#: ``monitor.inspection.EngineSettings.make_selector``)
+#: ``monitor.decision.settings.EngineSettings.make_selector``)
 SELECTORS: dict[str, str] = {
     "cv-aggregation": "CVAggregation",
     "model-selection": "ModelSelection",

@@ -28,6 +28,7 @@ for zscore with sd 0, only centred), and the note says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,11 @@ from monitor.names import NORMALISE, Normalise
 
 if TYPE_CHECKING:
     from monitor.config import WindowsConfig
+
+
+#: read_window(start, end) -> long frame with columns time (UTC), sensor, value: how an
+#: inspection reads its windows' readings from a source, a store or a frame already read
+ReadWindow = Callable[[pd.Timestamp, pd.Timestamp], pd.DataFrame]
 
 
 class WindowError(Exception):

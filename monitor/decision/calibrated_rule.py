@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from engine.live.residual_shift import Detection
     from engine.result import Selection
-    from monitor.inspection import DecisionSettings, EngineSettings, Selector
+    from monitor.decision.settings import DecisionSettings, EngineSettings, Selector
     from monitor.windows import Windows
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,15 @@ class Prepared:
 
 def engine_part_selector(engine: EngineSettings) -> Selector:
     """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
-    rule and reports): the engine settings in float64, so that a batched fit (the history)
-    and a single one (each inspection, one per job on an executor) agree to 1e-14, not
-    float32's 1e-6, and a history computed here or on a cluster calibrates the same
-    p-values."""
-    params = {**dict(engine.params), "dtype": "float64"}
+    rule and reports): the engine settings with
+    :data:`~engine.live.engine_power.ENGINE_PART_PARAMS` over them: float64, so that a
+    batched fit (the history) and a single one (each inspection, one per job on an
+    executor) agree to 1e-14, not float32's 1e-6, and a history computed here or on a
+    cluster calibrates the same p-values; and a statistic that is a continuous function
+    of the readings (a fixed penalty grid, one start, no comparison in the optimiser)."""
+    from engine.live.engine_power import ENGINE_PART_PARAMS
+
+    params = {**dict(engine.params), **ENGINE_PART_PARAMS}
     return replace(engine, method="cv-aggregation",
                    params=tuple(sorted(params.items()))).make_selector()
 

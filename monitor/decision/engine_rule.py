@@ -20,9 +20,9 @@ from monitor.result import DetectionBlock, EngineBlock, InspectionResult, finite
 
 if TYPE_CHECKING:
     from engine.result import Selection
+    from monitor.decision.settings import EngineSettings
     from monitor.decision.source_history import StatisticCache
-    from monitor.inspection import EngineSettings, ReadWindow
-    from monitor.windows import Windows, WindowSpec
+    from monitor.windows import ReadWindow, Windows, WindowSpec
 
 log = logging.getLogger(__name__)
 _f = finite  # value -> rounded float, None when not finite

@@ -33,8 +33,9 @@ from monitor.decision.incidents import (
 )
 
 if TYPE_CHECKING:
-    from monitor.inspection import Inspector, ReadWindow
+    from monitor.inspection import Inspector
     from monitor.storage.state import Ack, HistoryValue
+    from monitor.windows import ReadWindow
 
 #: detect_many(times, read_window) -> (level, engine statistic) at each time (None: bad data)
 DetectMany = Callable[[list[datetime], "ReadWindow"], "list[HistoryValue | None]"]

@@ -141,20 +141,12 @@ def _write_config(config: dict[str, Any], path: Path) -> None:
 
 
 def _ack(config_path: Path, incident_id: str, out: TextIO) -> None:
-    """The operator's ack, through the ``mmdwatch ack`` command's own code (its reply is
+    """The operator's ack, through the function ``mmdwatch ack`` calls (its reply is
     printed indented, as the command's output)."""
-    import contextlib
-    import io
+    from monitor.storage.acks import acknowledge
 
-    from monitor.cli import build_parser, cmd_ack
-
-    args = build_parser().parse_args(["ack", incident_id, "--config", str(config_path),
-                                      "--by", OPERATOR, "--note", "demo: leak accepted"])
-    reply = io.StringIO()
-    with contextlib.redirect_stdout(reply):
-        cmd_ack(args)
-    for line in reply.getvalue().splitlines():
-        print(f"  {line}", file=out, flush=True)
+    reply = acknowledge(config_path, incident_id, by=OPERATOR, note="demo: leak accepted")
+    print(f"  {reply}", file=out, flush=True)
 
 
 def run_demo(state_dir: Path, *, report: bool = True, out: TextIO | None = None) -> int:

@@ -77,22 +77,17 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from monitor.decision.tracker import SiteTracker
-    from monitor.inspection import Inspector, ReadWindow
+    from monitor.inspection import Inspector
     from monitor.schedule import InspectionPlan
     from monitor.storage.state import HistoryValue
+    from monitor.windows import ReadWindow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_BATCH", "PREFIT_TIMES", "BackfillPlan", "SiteBackfill", "backfill_history", "batch_size",
+__all__ = ["MAX_BATCH", "BackfillPlan", "SiteBackfill", "backfill_history", "batch_size",
            "capacity", "observe", "plan_backfill", "run_backfill"]
 
 OnResult = Callable[[dict[str, Any]], None]
-
-#: Calibrated-rule times of one site whose windows, level statistics and engine-part fits
-#: an inline backfill computes together before deciding them in order: a week of hourly
-#: times fills the optimiser's batch, and the windows of that many times stay small
-#: (~0.2 MB each at 33 sensors).
-PREFIT_TIMES = 168
 
 #: Engine-rule inspections of one site fitted together (one InspectionBatch, one
 #: ``fit_many``); small enough that results, and the progress bar, come every few seconds.

@@ -53,7 +53,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from monitor.inspection import DecisionSettings, EngineSettings, Inspector
+from monitor.decision.settings import DecisionSettings, EngineSettings
+from monitor.inspection import Inspector
 from monitor.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -61,8 +62,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pydantic import BaseModel
 
-    from monitor.inspection import ReadWindow
     from monitor.storage.state import HistoryValue
+    from monitor.windows import ReadWindow
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pydantic import BaseModel
 
+    from monitor.decision.calibrated_rule import Prepared
     from monitor.fleet.jobs import InspectionJob
     from monitor.storage.state import Ack, HistoryValue
 
@@ -150,6 +151,9 @@ class SiteRunner:
         self.history_ready = tracker is None
         self.retry_at = 0.0  # monotonic time before which the source is not asked again
         self.backoff = 1.0
+        # the first pass (windows, detection, engine-part fit) of due times, computed in
+        # one batch by the agent's tick (Agent._prefit), taken by run()
+        self.prepared: dict[datetime, Prepared] = {}
 
     @property
     def name(self) -> str:
@@ -270,8 +274,10 @@ class SiteRunner:
         return self.tracker.history_at(t) if self.inspector.calibrated else None
 
     def run(self, t: datetime) -> Outcome:
-        """The inspection at ``t``, here and now (the windows read in this process)."""
-        return self.inspector.run(t, self.read_window, self.history_at(t))
+        """The inspection at ``t``, here and now (the windows read in this process; or
+        taken from :attr:`prepared`, the first pass of the due times)."""
+        return self.inspector.run(t, self.read_window, self.history_at(t),
+                                  prepared=self.prepared.pop(t, None))
 
     def job(self, t: datetime) -> InspectionJob:
         """The inspection at ``t`` as a job for a worker: with the window frame read here,

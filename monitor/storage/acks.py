@@ -9,6 +9,7 @@ accepted``.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from monitor.storage.state import AgentState
@@ -18,6 +19,10 @@ log = logging.getLogger(__name__)
 
 class AckRejected(Exception):
     """An ack that cannot be stored (no such open incident); the message names the fix."""
+
+
+class NoAgentState(AckRejected):
+    """The config's ``state_dir`` holds no agent state: that agent has not run there."""
 
 
 def _where(site: str | None) -> str:
@@ -57,3 +62,28 @@ def record_ack(state: AgentState, incident_id: str, *, by: str, via: str,
                 "" if where is None else f" (site {where})", by, via,
                 f" (note: {note})" if note else "")
     return ack_id, where
+
+
+def acknowledge(config_path: Path, incident_id: str, *, by: str, note: str = "",
+                via: str = "cli") -> str:
+    """``mmdwatch ack``: store an operator's ack of ``incident_id`` in the state of the agent
+    that ``config_path`` configures, and return the reply for the operator. Raises
+    :class:`NoAgentState` when that agent has not run (no state is ever created here) and
+    :class:`AckRejected` when no such incident is open. The CLI and the demo both call it."""
+    from monitor.config import load_config
+
+    config = load_config(config_path)
+    path = Path(config.state_dir) / "state.sqlite"
+    if not path.exists():  # never create an empty state: the agent has not run here
+        raise NoAgentState(f"no agent state at {path}: the agent of {config_path} has not "
+                           "run there yet, so no incident is open; check --config (its "
+                           "state_dir)")
+    state = AgentState(path)
+    try:
+        ack_id, site = record_ack(state, incident_id, by=by, via=via, note=note,
+                                  any_site=True)
+    finally:
+        state.close()
+    where = "" if site is None else f" (site {site})"
+    return (f"ack {ack_id}: incident {incident_id}{where} accepted by {by}; the running "
+            "agent resolves it at its next inspection (reason: accepted)")

@@ -211,7 +211,7 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
     spec = replace(SPEC, aggregate=aggregate, normalise="before", min_coverage=0.7)
     first, last = start, start + pd.Timedelta(hours=40)
     span = BinnedSpan(frame, first, last, spec)
-    times = [T + pd.Timedelta(hours=h) for h in range(0, 34)] + [T + pd.Timedelta(minutes=90)]
+    times = [T + pd.Timedelta(hours=h) for h in range(34)] + [T + pd.Timedelta(minutes=90)]
     compared = 0
     for t in times:
         inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < t + spec.after)]

@@ -177,18 +177,22 @@ class _FrameWindows:
 
 
 def _agent_replay(frame: pd.DataFrame, path: Any, ack_at: datetime, incident_id: str,
-                  restart_at: datetime | None = None, forget: bool = False
+                  restart_at: datetime | None = None, forget: bool = False,
+                  prepared: dict[datetime, Any] | None = None
                   ) -> tuple[list[dict[str, Any]], list[datetime]]:
     """The agent's own path (SiteRunner over a real state database), hourly, with an ack
     of ``incident_id`` at ``ack_at`` and a restart at ``restart_at``: a new runner and
     tracker that know only what the state database kept (``forget``: without the decision's
-    memory, as before it was saved). Returns the results and the history's times."""
+    memory, as before it was saved). ``prepared``: the first pass of the replayed times
+    (windows, detection, engine-part fit: ``monitor.inspection.prepare_many``, as the
+    agent's tick computes it for its due times), which no decision changes. Returns the
+    results and the history's times."""
     from monitor.fleet.sites import SiteRunner
     from monitor.schedule import InspectionPlan
     from monitor.storage.state import AgentState
 
     # the decision's memory is under test, not the engine part: three replays of 200-odd
-    # inspections without a CV-aggregation fit each (tests/monitor/decision/test_engine_part.py)
+    # inspections share one first pass (``prepared``)
     config = validate_config({"site": "sim", "source": {"type": "file", "path": "x.csv"},
                               "decision": {"min_history": "2d", "engine_weight": 0}})
 
@@ -212,6 +216,8 @@ def _agent_replay(frame: pd.DataFrame, path: Any, ack_at: datetime, incident_id:
             site = runner(state)
         if t == ack_at:
             state.add_ack(incident_id, by="alice", via="cli")
+        if prepared is not None and t in prepared:
+            site.prepared[t] = prepared[t]
         result = site.run(t).result
         site.commit(t, result)
         results.append(result)
@@ -229,10 +235,16 @@ def test_a_restart_after_an_ack_keeps_the_decisions_memory(persistent, tmp_path)
     at = datetime(2026, 1, 19, 12, tzinfo=UTC)
     quarantine = [at + k * HOUR for k in range(24)]  # local_level: a day
     frame = _frame()
+    from monitor.inspection import prepare_many
+
+    last = frame["time"].max().to_pydatetime() - _inspector().spec.after
+    times = [datetime(2026, 1, 15, tzinfo=UTC) + k * HOUR for k in range(400)]
+    times = [t for t in times if t <= last]
+    prepared = prepare_many([(_inspector(), times, _FrameWindows(frame).read_window)])[0]
 
     def replay(name: str, **restart: Any) -> tuple[list[tuple[Any, ...]], list[datetime]]:
         results, history = _agent_replay(frame, tmp_path / f"{name}.sqlite", at,
-                                         incident_id, **restart)
+                                         incident_id, prepared=prepared, **restart)
         return [(r["inspection_time"], r["status"], r["fingerprint"],
                  (r.get("detection") or {}).get("p_value"), r.get("incident"))
                 for r in results], history
