@@ -54,15 +54,22 @@ ENGINE_STATISTIC = "cv-aggregation-power"
 ENGINE_WEIGHT = 0.35
 #: before-window rows (hours) the engine compares with the after window
 ENGINE_ROWS = 24
-#: The engine part's CV-aggregation settings beside the engine section's. Its statistic
-#: must be a continuous function of the readings, or a last-digit change of one reading
-#: (an MQTT payload against a CSV) moves it threefold and with it the calibrated p-value
-#: (bench.sensitivity): the penalties are a fixed grid (Algorithm 3's first six values,
-#: where its data-chosen grid jumped between 0.02 and 0.32 from one hour to the next),
-#: the weights start at the moment start alone (no pick between two starts) and are
-#: optimised without a comparison in the loop (``engine.SMOOTH``); float64, so that a
-#: batched fit and a single one agree to 1e-14.
+#: The engine part's CV-aggregation settings beside the engine section's: float64, so that
+#: a batched fit and a single one agree to 1e-14.
 ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64"}
+#: A candidate measured and not (yet) taken: the same fit as a continuous function of its
+#: inputs (a fixed penalty grid, the moment start alone, ``engine.SMOOTH``). A 1e-9 change
+#: of the fit's inputs moves its statistic ~1e-8 where the default moves it up to 95 %
+#: (``python -m bench.sensitivity``), but Algorithm 3's data-chosen penalties are what make
+#: the default's statistic high on a change and low on none: with any fixed grid tried
+#: (0.01-0.04, 0.01-0.16, 0.01-0.32) dev-noise is named 7 h later (22.58 h against 15.58 h)
+#: and a 4-week null stream raises a second false incident (bench.leak_delay). Issue 31.
+CONTINUOUS_PARAMS: dict[str, Any] = {
+    "dtype": "float64",
+    "lambdas": (0.01, 0.02, 0.04, 0.08, 0.16, 0.32),
+    "starts": "moments",
+    "optimiser": "smooth",
+}
 
 
 @dataclass(frozen=True)
