@@ -38,6 +38,8 @@ from bench._common import machine_load
 log = logging.getLogger("bench.sensitivity")
 RESULTS = Path(__file__).resolve().parent / "results"
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
+WHAT = {"residuals": "value the engine part fits (the detector's residual windows)",
+        "readings": "raw reading of both windows"}
 
 
 def _shared(name: str) -> Path:
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     table.to_csv(RESULTS / f"{args.name}.csv", index=False)
     lines = ["# Sensitivity of the engine part's statistic (`python -m bench.sensitivity`)",
-             "", (f"Each raw reading of both windows times 1 + {args.eps:g} u, u uniform on "
+             "", (f"Each {WHAT[args.level]} times 1 + {args.eps:g} u, u uniform on "
              f"[-1, 1]; {', '.join(args.scenarios)}, every hourly time"
              f"{'' if args.every == 1 else f' (every {args.every}th)'}; {load}."), "",
              ("| variant | scenario | times | statistic: relative change q50 / q90 / q99 / max "
