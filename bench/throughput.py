@@ -109,6 +109,13 @@ def run_case(case: Case, checkout: Path, device: str, out: Path) -> dict[str, fl
             **{f"n_{k}": v for k, v in statuses.items()}}
 
 
+def rewrite(name: str, load: str, device: str) -> None:
+    """The Markdown table and plot again from a saved CSV (``--rewrite``)."""
+    table = pd.read_csv(RESULTS / f"{name}.csv")
+    _write_markdown(table, RESULTS / f"{name}.md", load, argparse.Namespace(device=device))
+    _plot(table, RESULTS / f"{name}.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sensors", type=int, nargs="*", default=[100, 300, 1000],
@@ -166,10 +173,10 @@ def _write_markdown(table: pd.DataFrame, path: Path, load: str, args: argparse.N
                      f"{r.n_error} |")
     if (table["code"] == "baseline").any():
         lines += ["", "Speed-up (baseline wall / this wall), same case, same session:", ""]
-        for case, part in table.groupby("case", sort=False):
+        for (case, n), part in table.groupby(["case", "inspections"], sort=False):
             walls = dict(zip(part["code"], part["wall_s"], strict=True))
             if "baseline" in walls:
-                lines.append(f"- {case}: {walls['baseline'] / walls['this']:.1f}x "
+                lines.append(f"- {case}, {n} inspections: {walls['baseline'] / walls['this']:.1f}x "
                              f"({walls['baseline']:.1f} s -> {walls['this']:.1f} s)")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -183,7 +190,7 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for code, part in table.groupby("code"):
         part = part.sort_values("sensors")
-        ax.plot(part["sensors"], part["inspections_per_s"], "o-", label=code)
+        ax.plot(part["sensors"], part["inspections_per_s"], "o", label=code)
     ax.set_xscale("log")
     ax.set_xlabel("sensors")
     ax.set_ylabel("inspections per second (history included)")
