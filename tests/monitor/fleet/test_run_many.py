@@ -71,3 +71,41 @@ def test_a_failing_batch_falls_back_to_one_time_at_a_time(monkeypatch):
     out = inspector.run_many([datetime(2024, 3, 3, tzinfo=UTC), datetime(2024, 3, 5, tzinfo=UTC)],
                              _read_window)
     assert [o.result["status"] for o in out] == ["ok", "firing"]
+
+
+def test_sites_due_together_share_one_batched_fit_and_get_their_own_results(monkeypatch):
+    """prepare_many (the agent's tick, a backfill's first pass): the engine-part fits of
+    two sites configured alike are one fit_many call, and each site's prepared times equal
+    that site's own first pass."""
+    from engine import CVAggregation
+    from monitor.decision.settings import DecisionSettings
+    from monitor.inspection import prepare_many
+
+    decision = DecisionSettings(rule="calibrated", engine_rows=12)
+    spec = WindowSpec(before=timedelta(days=3), after=timedelta(hours=12))
+    first = Inspector("a", spec, ENGINE, {"site": "a"}, decision)
+    second = Inspector("b", spec, ENGINE, {"site": "b"}, decision)
+
+    def shifted(start, end):  # site b: the same network a day later
+        frame = _read_window(start - timedelta(days=1), end - timedelta(days=1))
+        return frame.assign(time=frame["time"] + timedelta(days=1))
+
+    times = [datetime(2024, 3, 5, h, tzinfo=UTC) for h in range(0, 24, 6)]
+    alone = [first.fit_engine_many(times, _read_window), second.fit_engine_many(times, shifted)]
+    calls: list[int] = []
+    original = CVAggregation.fit_many
+
+    def counted(self, pairs, **kwargs):
+        calls.append(len(pairs))
+        return original(self, pairs, **kwargs)
+
+    monkeypatch.setattr(CVAggregation, "fit_many", counted)
+    together = prepare_many([(first, times, _read_window), (second, times, shifted)])
+    assert calls == [2 * len(times)]
+    for mine, want in zip(together, alone, strict=True):
+        assert list(mine) == times == list(want)
+        for t in times:
+            got, ref = mine[t].engine_fit, want[t].engine_fit
+            assert mine[t].detection.value == want[t].detection.value
+            assert abs(got.p_value - ref.p_value) <= 1e-12
+            np.testing.assert_allclose(got.scores, ref.scores, rtol=1e-9, atol=1e-12)
