@@ -43,9 +43,33 @@ class FileSourceConfig(BaseModel):
     time_col: str | None = None
     sensor_col: str | None = None
     value_col: str | None = None
+    delimiter: str | None = Field(
+        None, min_length=1, max_length=1,
+        description="CSV field separator; null = sniffed from the header (, ; tab |)")
     timezone: str = Field("UTC", description="zone of naive timestamps")
     speed: float | None = Field(None, gt=0, description="replay speed factor; null = fastest")
     batch_size: int = Field(5000, ge=1, description="readings per delivered batch")
+
+
+#: separators a CSV's header is sniffed for, the first one wins a tie
+DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
+
+
+def sniff_delimiter(path: Path) -> str:
+    """The field separator of a CSV (plain or compressed): the one of
+    :data:`DELIMITERS` that occurs most often in its first line (``,`` when none does)."""
+    import io
+
+    from pandas.io.common import get_handle
+
+    with get_handle(path, "r", compression="infer", encoding="utf-8",
+                    errors="replace") as handle:
+        stream = handle.handle
+        header = stream.readline() if isinstance(stream, io.TextIOBase) else str(
+            stream.readline())
+    counts = {d: header.count(d) for d in DELIMITERS}
+    best = max(DELIMITERS, key=lambda d: counts[d])
+    return best if counts[best] else ","
 
 
 def _pick(columns: list[str], names: tuple[str, ...]) -> str | None:
@@ -87,8 +111,10 @@ def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
         layout = "long" if (sensor_col or value_col or textual) else "wide"
     if layout == "wide":
         if not numeric:
-            raise ConnectorError("wide layout needs numeric sensor columns besides "
-                                 f"{time_col!r}; check the file or set layout: long")
+            raise ConnectorError(
+                f"wide layout needs numeric sensor columns besides {time_col!r}; these "
+                f"columns are not numbers: {', '.join(textual[:10])}; check the file (its "
+                "separator: delimiter, or --delimiter) or set layout: long")
         return "wide", time_col, None, None
     if sensor_col is None:
         sensor_col = _pick(textual, _SENSOR_NAMES) or (textual[0] if len(textual) == 1 else None)
@@ -143,25 +169,35 @@ def _parse_times(column: pd.Series, timezone: str) -> pd.Series:
 def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
                   time_col: str | None = None, sensor_col: str | None = None,
                   value_col: str | None = None, timezone: str = "UTC",
-                  rejected: Counter[str] | None = None) -> pd.DataFrame:
+                  rejected: Counter[str] | None = None,
+                  delimiter: str | None = None) -> pd.DataFrame:
     """Read a file into a long frame ``time`` (UTC), ``sensor`` (str), ``value`` (float),
-    sorted by time. Rows with unparsable times or values are dropped and counted."""
+    sorted by time. Rows with unparsable times or values are dropped and counted. A CSV's
+    separator is ``delimiter``, else sniffed from its header (:func:`sniff_delimiter`)."""
     path = Path(path)
     if not path.exists():
         raise ConnectorError(f"data file {path} does not exist; check the path")
     fmt = format
     if fmt == "auto":
         fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
+    sep = None
     try:
-        # round_trip: each number parsed as Python's float() parses it (correctly rounded),
-        # the parse of an MQTT payload's value, so a CSV and its readings replayed through
-        # MQTT give the agent and a backfill the same bits (pandas' default converter may
-        # differ in the last bit)
-        raw = pd.read_parquet(path) if fmt == "parquet" else pd.read_csv(
-            path, float_precision="round_trip")
+        if fmt == "parquet":
+            raw = pd.read_parquet(path)
+        else:
+            sep = delimiter or sniff_delimiter(path)
+            # round_trip: each number parsed as Python's float() parses it (correctly
+            # rounded), the parse of an MQTT payload's value, so a CSV and its readings
+            # replayed through MQTT give the agent and a backfill the same bits (pandas'
+            # default converter may differ in the last bit)
+            raw = pd.read_csv(path, sep=sep, float_precision="round_trip")
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None
+    if sep is not None and raw.shape[1] == 1:
+        raise ConnectorError(
+            f"{path}: one column {str(raw.columns[0])[:80]!r} read with the separator "
+            f"{sep!r}; name the file's separator with delimiter (or --delimiter), e.g. ';'")
     if isinstance(raw.index, pd.DatetimeIndex):
         raw = raw.reset_index()
     raw.columns = [str(c) for c in raw.columns]
@@ -216,7 +252,7 @@ class FileSource(StreamSource, WindowSource):
                 self._frame = read_readings(
                     c.path, format=c.format, layout=c.layout, time_col=c.time_col,
                     sensor_col=c.sensor_col, value_col=c.value_col, timezone=c.timezone,
-                    rejected=self._rejected)
+                    rejected=self._rejected, delimiter=c.delimiter)
                 if self._rejected.total():
                     log.warning("%s: skipped rows: %s", c.path, dict(self._rejected))
             return self._frame

@@ -61,6 +61,8 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto, cpu or cuda (default auto)")
     p.add_argument("--site", help="site id in the result (default: the data file's name)")
     p.add_argument("--time-col", help="name of the time column (--data)")
+    p.add_argument("--delimiter", help="the CSV's field separator (--data; default: sniffed "
+                   "from its header among , ; tab |)")
     p.add_argument("--sensor-col", help="name of the sensor column (--data, long layout)")
     p.add_argument("--value-col", help="name of the value column (--data, long layout)")
     p.add_argument("--report", type=Path, metavar="DIR", help="also write a report here")
@@ -153,7 +155,7 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
         raw["sinks"] = []
     else:
         source: dict[str, Any] = {"type": "file", "path": str(args.data)}
-        for key in ("time_col", "sensor_col", "value_col"):
+        for key in ("time_col", "sensor_col", "value_col", "delimiter"):
             if getattr(args, key):
                 source[key] = getattr(args, key)
         raw = {"site": _site_from_path(args.data), "source": source, "sinks": []}

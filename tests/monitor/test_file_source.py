@@ -108,3 +108,47 @@ def test_a_few_unparsable_cells_are_counted_not_fatal(tmp_path) -> None:  # type
     frame = read_readings(path, rejected=rejected)
     assert len(frame) == 24
     assert rejected["bad_value"] == 1 and rejected["bad_time"] == 1
+
+
+SKAB_LIKE = ("datetime;Accelerometer1RMS;Current;Pressure;Volume Flow RateRMS\n"
+             "2020-03-09 15:56:30;0.0276077;1.29048;0.054711;32.0362\n"
+             "2020-03-09 15:56:31;0.0271656;1.28565;0.382638;32.9649\n"
+             "2020-03-09 15:56:32;0.0275;1.3;0.38;31.5\n")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_semicolon_file_with_a_datetime_column_is_read_as_published(tmp_path, gz):
+    """A published CSV whose separator is ';' (SKAB's): the separator is sniffed from the
+    header, the 'datetime' column is the time, the rest are sensors (wide layout)."""
+    import gzip
+
+    path = tmp_path / ("skab.csv.gz" if gz else "skab.csv")
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(SKAB_LIKE)
+    else:
+        path.write_text(SKAB_LIKE)
+    frame = read_readings(path)
+    assert sorted(frame["sensor"].unique()) == ["Accelerometer1RMS", "Current", "Pressure",
+                                                "Volume Flow RateRMS"]
+    assert len(frame) == 12 and frame["value"].iloc[0] in (0.0276077, 1.29048, 0.054711,
+                                                          32.0362)
+    assert str(frame["time"].min()) == "2020-03-09 15:56:30+00:00"
+
+
+def test_a_wrong_delimiter_names_the_fix(tmp_path):
+    path = tmp_path / "skab.csv"
+    path.write_text(SKAB_LIKE)
+    with pytest.raises(ConnectorError, match=r"separator ','.*delimiter \(or --delimiter\)"):
+        read_readings(path, delimiter=",")
+    tabbed = tmp_path / "tabbed.csv"
+    tabbed.write_text(SKAB_LIKE.replace(";", "\t"))
+    assert len(read_readings(tabbed)) == 12
+    assert len(FileSource(FileSourceConfig(path=path, delimiter=";")).frame()) == 12
+
+
+def test_a_column_that_is_not_a_number_is_named(tmp_path):
+    path = tmp_path / "text.csv"
+    path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
+    with pytest.raises(ConnectorError, match="not numbers: state"):
+        read_readings(path, layout="wide")
