@@ -32,12 +32,12 @@ system-deps:
 
 # Two test processes (pytest-xdist), one test file each at a time: the slow tests are
 # end-to-end replays that wait on servers and agent processes, so two share this 2-core CPU
-# well (make test: 11 min 42 s instead of 17-24 min in one process). TEST_WORKERS=0 runs
-# them in one process.
+# well (make test: 12 min 48 s with the batched first pass, the 15 slowest tests listed).
+# TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
 test: install system-deps
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test-fast: install
 	$(PY) -m pytest -q -m "not integration and not slow"
@@ -61,6 +61,8 @@ bench: install system-deps
 	$(PY) -m bench.engine_on_residuals
 	$(PY) -m bench.small_leak
 	$(PY) -m bench.fleet
+	$(PY) -m bench.throughput --sensors 100 300 --inspections 24 96
+	$(PY) -m bench.sensitivity
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in
 # pyproject.toml; it follows their imports into connectors/).

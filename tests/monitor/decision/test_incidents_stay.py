@@ -43,21 +43,27 @@ def _frame(revert_after: timedelta | None = None) -> pd.DataFrame:
 
 def _replay(frame: pd.DataFrame, acks: dict[datetime, Ack] | None = None
             ) -> tuple[SiteTracker, list[dict[str, Any]]]:
-    """The agent's path, hourly: inspect with the tracker's history, then observe."""
+    """The agent's path, hourly: inspect with the tracker's history, then observe (the
+    windows, detections and engine-part fits of all times computed first, as a backfill
+    and an agent catching up do: the same results, tests/monitor/test_backfill_agent.py)."""
     inspector = _inspector()
     read = cached_reader(frame)
     first = datetime(2026, 1, 15, tzinfo=UTC)  # 10 days after the data start
     tracker = SiteTracker(inspector, IncidentSettings())
     tracker.backfill(history_times(inspector, first), read)
     last = frame["time"].max().to_pydatetime() - inspector.spec.after
-    results = []
+    times = []
     t = first
     while t <= last:
-        result = inspector.run(t, read, tracker.history_at(t)).result
+        times.append(t)
+        t += HOUR
+    prepared = inspector.fit_engine_many(times, read)
+    results = []
+    for t in times:
+        result = inspector.run(t, read, tracker.history_at(t), prepared=prepared.get(t)).result
         ack = (acks or {}).get(t)
         tracker.observe(result, read, [ack] if ack else [])
         results.append(result)
-        t += HOUR
     return tracker, results
 
 
