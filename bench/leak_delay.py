@@ -46,6 +46,11 @@ ones and one summary line per target of issue 18):
 * seconds per inspection: mean and p95 of the results' ``generator.runtime_s``.
 
     python -m bench.leak_delay [--null-weeks 4] [--null-seeds 2] [--workers 2]
+                               [--start-days mon wed sat]
+
+``--start-days``: every scenario is also replayed with its data cut to begin at its first
+midnight on each weekday named (scenario ``d1@sat``), so that the first weekend after
+calibration falls anywhere in the replay; the false incidents are summed per start day.
 
 Writes ``bench/results/leak_delay/{leak_delay.csv, leak_delay.md, timeline.png}``.
 """
@@ -58,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -267,15 +272,35 @@ def score(results: list[dict[str, Any]], sc: Scenario, data_end: pd.Timestamp) -
     return row
 
 
-def run_scenario(sc: Scenario, work: Path, extra: list[str]
+#: weekday names of --start-days -> pandas' weekday numbers
+WEEKDAYS = {"mon": 0, "tue": 1, "wed": 2, "thu": 3, "fri": 4, "sat": 5, "sun": 6}
+
+
+def starting_on(sc: Scenario, day: str | None, work: Path) -> Scenario:
+    """``sc`` with its data cut to begin at the first midnight (UTC) on weekday ``day`` (None:
+    as it is), so that the first weekend after calibration falls elsewhere in the replay."""
+    if day is None:
+        return sc
+    frame = pd.read_csv(sc.data)
+    times = pd.to_datetime(frame.iloc[:, 0], utc=True)
+    cut = times.min().ceil("D")
+    while cut.weekday() != WEEKDAYS[day]:
+        cut += pd.Timedelta(days=1)
+    path = work / f"{sc.data.stem.split('.')[0]}-{sc.name.split()[0]}-{day}.csv.gz"
+    frame[(times >= cut).to_numpy()].to_csv(path, index=False)
+    return replace(sc, name=f"{sc.name}@{day}", data=path)
+
+
+def run_scenario(sc: Scenario, work: Path, extra: list[str], day: str | None = None
                  ) -> tuple[dict, list[dict[str, Any]], pd.Timestamp]:
+    sc = starting_on(sc, day, work)
     first, last = data_range(sc.data)
     start, end = replay_range(first, last)
     results = backfill(sc.data, start, end, work / f"{sc.name}.jsonl", extra)
     return score(results, sc, last), results, last
 
 
-def run_null(seed: int, weeks: int, work: Path, extra: list[str]
+def run_null(seed: int, weeks: int, work: Path, extra: list[str], day: str | None = None
              ) -> tuple[dict, list[dict[str, Any]], pd.Timestamp]:
     from bench.null_streams import NullNetwork
 
@@ -283,10 +308,11 @@ def run_null(seed: int, weeks: int, work: Path, extra: list[str]
     wide = net.simulate("2024-01-01", days=7 + 7 * weeks + 1, stream_seed=seed)
     path = work / f"null{seed}.csv.gz"
     NullNetwork.to_long(wide).to_csv(path, index=False)
-    sc = Scenario(f"null-{seed} ({weeks} weeks, drift)", "null", path)
-    start, end = replay_range(wide.index[0], wide.index[-1])
-    results = backfill(path, start, end, work / f"null{seed}.jsonl", extra)
-    return score(results, sc, wide.index[-1]), results, wide.index[-1]
+    sc = starting_on(Scenario(f"null-{seed} ({weeks} weeks, drift)", "null", path), day, work)
+    first, last = data_range(sc.data)
+    start, end = replay_range(first, last)
+    results = backfill(sc.data, start, end, work / f"{sc.data.stem}.jsonl", extra)
+    return score(results, sc, last), results, last
 
 
 def markdown_table(frame: pd.DataFrame) -> list[str]:
@@ -306,6 +332,22 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
 
 def _of(rows: list[dict], test: Any) -> tuple[int, int]:
     return sum(1 for r in rows if test(r)), len(rows)
+
+
+def by_start_day(table: pd.DataFrame) -> list[str]:
+    """False incidents before the change (every incident on controls and null streams) per
+    start day of the data (``--start-days``; nothing without it)."""
+    names = table["scenario"].astype(str)
+    if not names.str.contains("@").any():
+        return []
+    out = ["", "## False incidents by start day", ""]
+    for day, part in table.groupby(names.str.rsplit("@", n=1).str[-1], sort=False):
+        hit = part[part["false_incidents"].fillna(0) > 0]
+        detail = ", ".join(f"{r.scenario.split('@')[0]} {r.false_incidents}"
+                           for r in hit.itertuples()) or "none"
+        out.append(f"- {day}: {int(part['false_incidents'].fillna(0).sum())} in "
+                   f"{len(part)} replays ({detail})")
+    return out
 
 
 def summary(table: pd.DataFrame) -> list[str]:
@@ -460,6 +502,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--null-weeks", type=int, default=4)
     ap.add_argument("--null-seeds", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2, help="backfills at once")
+    ap.add_argument("--start-days", nargs="*", choices=sorted(WEEKDAYS), default=[],
+                    help="also replay each scenario with its data cut to start on these "
+                         "weekdays (e.g. mon wed sat): the first weekend after calibration "
+                         "then falls elsewhere; false incidents are reported per start day")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--keep", type=Path, help="keep the replayed data and results here")
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
@@ -478,9 +524,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.workers) as pool:
         work = Path(tmp) if args.keep is None else args.keep
         work.mkdir(parents=True, exist_ok=True)
-        jobs = [pool.submit(run_scenario, sc, work, args.extra) for sc in scenarios]
-        jobs += [pool.submit(run_null, s, args.null_weeks, work, args.extra)
-                 for s in range(args.null_seeds)]
+        days: list[str | None] = list(args.start_days) or [None]
+        jobs = [pool.submit(run_scenario, sc, work, args.extra, day)
+                for sc in scenarios for day in days]
+        jobs += [pool.submit(run_null, s, args.null_weeks, work, args.extra, day)
+                 for s in range(args.null_seeds) for day in days]
         rows, timelines = [], {}
         for job in jobs:
             row, results, _ = job.result()
@@ -499,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      else sys.argv[1:]) + "`", "",
           LEGEND, "",
           *markdown_table(table[MD_COLUMNS]), "", "## Targets (issue 18)", "",
-          *summary(table)]
+          *summary(table), *by_start_day(table)]
     false_rows = [r for r in rows if r["false_detail"]]
     if false_rows:
         md += ["", "## False incidents", ""]

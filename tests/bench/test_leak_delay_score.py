@@ -74,3 +74,23 @@ def test_shape_changes_have_no_nearest_criterion() -> None:
     row = score([_result("2024-03-01T00:00:00Z", ["a", "y"], "opened", "firing")], shape,
                 pd.Timestamp("2024-03-03T00:00:00Z"))
     assert row["named"] is True and row["named_near"] is None and row["delay_near_h"] is None
+
+
+def test_a_scenario_cut_to_start_on_a_weekday(tmp_path):
+    """--start-days: the data begins at its first midnight on that weekday."""
+    import pandas as pd
+
+    from bench.leak_delay import Scenario, data_range, starting_on
+
+    times = pd.date_range("2019-09-02 00:00", "2019-09-12 23:55", freq="5min")  # a Monday
+    path = tmp_path / "p.csv.gz"
+    pd.DataFrame({"timestamp": times, "sensor_id": "n1", "pressure_m": 1.0}).to_csv(
+        path, index=False)
+    sc = Scenario("d9", "leak", path)
+    assert starting_on(sc, None, tmp_path) is sc
+    sat = starting_on(sc, "sat", tmp_path)
+    first, last = data_range(sat.data)
+    assert sat.name == "d9@sat" and str(first) == "2019-09-07 00:00:00+00:00"
+    assert first.weekday() == 5 and str(last) == "2019-09-12 23:55:00+00:00"
+    mon = starting_on(sc, "mon", tmp_path)
+    assert str(data_range(mon.data)[0]) == "2019-09-02 00:00:00+00:00"
