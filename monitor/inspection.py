@@ -228,8 +228,10 @@ class Inspector:
             result.data_quality = DataQuality.from_dict(windows.data_quality)
             result.windows.before.n = len(windows.before)
             result.windows.after.n = len(windows.after)
-        # a batched fit's share of its batch (run_many) is part of this inspection's time
-        fit_share = float(getattr(prefit[1], "runtime_s", 0.0)) if prefit is not None else 0.0
+        # a batched fit's share of its batch (run_many, a first pass) is part of its time
+        batched = prefit[1] if prefit is not None else \
+            prepared.engine_fit if prepared is not None else None
+        fit_share = float(getattr(batched, "runtime_s", 0.0) or 0.0)
         result.generator.runtime_s = round(time.perf_counter() - started + fit_share, 3)
         n = len(result.sensors) or result.data_quality.sensors_used or 0
         result.summary = summarise(result.status, t, n, result.selected_sensors,
