@@ -71,10 +71,13 @@ def fingerprint(site: str, inspection_time: datetime, settings: dict[str, Any]) 
 
 def read_span(spec: WindowSpec, decision: DecisionSettings, t: datetime
               ) -> tuple[pd.Timestamp, pd.Timestamp]:
-    """``[start, end)`` of the readings an inspection at ``t`` reads: its two windows and,
-    under the engine rule with ``source_history``, the windows of its history's earlier
-    times (a job that carries its readings to a worker carries this span)."""
-    start, _, end = spec.bounds(t)
+    """``[start, end)`` of the readings an inspection at ``t`` reads: its two windows (and
+    the few bins past them that tell a hole from the data's end,
+    :meth:`~monitor.windows.WindowSpec.read_end`) and, under the engine rule with
+    ``source_history``, the windows of its history's earlier times (a job that carries its
+    readings to a worker carries this span)."""
+    start, _, _ = spec.bounds(t)
+    end = spec.read_end(t)
     if decision.rule != "calibrated" and decision.source_history:
         from monitor.decision.source_history import history_start
 
@@ -268,8 +271,8 @@ class Inspector:
         """The before and after windows of the inspection at ``t``."""
         from monitor.windows import build_windows
 
-        start, t_utc, end = self.spec.bounds(t)
-        return build_windows(read_window(start, end), t_utc, self.spec)
+        start, t_utc, _ = self.spec.bounds(t)
+        return build_windows(read_window(start, self.spec.read_end(t)), t_utc, self.spec)
 
     def _windows_many(self, times: Sequence[datetime], read_window: ReadWindow
                       ) -> dict[datetime, Windows]:
@@ -280,7 +283,7 @@ class Inspector:
         if not times:
             return {}
         first, _, _ = self.spec.bounds(min(times))
-        _, _, last = self.spec.bounds(max(times))
+        last = self.spec.read_end(max(times))
         span = BinnedSpan(read_window(first, last), first, last, self.spec)
         out: dict[datetime, Windows] = {}
         for t in times:

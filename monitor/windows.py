@@ -70,6 +70,28 @@ class WindowIncomplete(WindowError):
             "this time again once the data reaches the window's end")
 
 
+class WindowHole(WindowIncomplete):
+    """No sensor has a reading in most of one window: a hole in the data (a logger that
+    stopped for minutes), not a sensor's fault. Nothing is filled across it; the inspection
+    ends ``incomplete`` with the hole named, and later times run as usual."""
+
+    def __init__(self, window: str, covered: float, start: pd.Timestamp,
+                 end: pd.Timestamp) -> None:
+        self.covered = covered
+        self.data_end = None
+        self.end = end
+        WindowError.__init__(
+            self, f"the data has a hole: no sensor has a reading in {1 - covered:.0%} of the "
+            f"{window} window's bins ({start.isoformat()} to {end.isoformat()}); nothing is "
+            "filled across it, so this time is incomplete; the times whose windows are past "
+            "the hole run as usual")
+
+
+#: bins past an inspection's after window its reader also reads, so that the window's
+#: empty last bins can be told from the data's end (a hole at a fine cadence)
+LOOKAHEAD_BINS = 4
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     before: timedelta = timedelta(days=7)
@@ -90,6 +112,11 @@ class WindowSpec:
         """(before start, t, after end), UTC; ``t`` naive = UTC."""
         t = to_utc(t)
         return t - pd.Timedelta(self.before), t, t + pd.Timedelta(self.after)
+
+    def read_end(self, t: datetime) -> pd.Timestamp:
+        """Where an inspection at ``t`` reads to: its after window's end and
+        :data:`LOOKAHEAD_BINS` bins past it."""
+        return self.bounds(t)[2] + LOOKAHEAD_BINS * pd.Timedelta(self.resample)
 
 
 @dataclass
@@ -245,9 +272,31 @@ class BinnedSpan:
         before, after = self._slice(start, t_utc), self._slice(t_utc, end)
         if before is None or after is None:
             inside = self.readings[(self.readings["time"] >= start)
-                                   & (self.readings["time"] < end)]
+                                   & (self.readings["time"] < self.spec.read_end(t))]
             return build_windows(inside, t_utc, self.spec)
         return _windows_from_bins(self.readings, before, after, t_utc, self.spec)
+
+
+def _continues_past(readings: pd.DataFrame, end: pd.Timestamp, spec: WindowSpec) -> bool:
+    """Whether the readings go on within :data:`LOOKAHEAD_BINS` bins past ``end`` (what a
+    reader reads past a window, :meth:`WindowSpec.read_end`): then empty last bins of the
+    window are a hole in the data, not its end."""
+    if readings.empty:
+        return False
+    times = readings["time"]
+    ahead = end + LOOKAHEAD_BINS * pd.Timedelta(spec.resample)
+    return bool(((times >= end) & (times < ahead)).any())
+
+
+def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec) -> None:
+    """Too few sensors kept because the DATA has a hole (no sensor has a reading in more
+    than ``1 - min_coverage`` of a window's bins), not because sensors are missing:
+    :class:`WindowHole`, an incomplete inspection naming the hole."""
+    for name, frame in (("before", before), ("after", after)):
+        seen = frame.notna().any(axis=1).to_numpy()
+        if len(seen) and seen.mean() < spec.min_coverage:
+            empty = frame.index[~seen]
+            raise WindowHole(name, float(seen.mean()), empty[0], empty[-1] + spec.resample)
 
 
 def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Windows:
@@ -271,9 +320,11 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     the after window."""
     start, t, end = spec.bounds(t)
     covered = after_covered(after)
-    if covered < 1.0 and not before.empty and before.notna().any().any():
+    if covered < 1.0 and not before.empty and before.notna().any().any() \
+            and not _continues_past(readings, end, spec):
         # the data ends inside the after window: carrying the last values over the rest
-        # would invent a flat tail that the statistics read as a change
+        # would invent a flat tail that the statistics read as a change (when the data
+        # goes on past the window, its empty last bins are a hole in it, not its end)
         filled = after.notna().any(axis=1)
         data_end = (readings.loc[(readings["time"] >= t) & (readings["time"] < end),
                                  "time"].max() if filled.any() else None)
@@ -295,6 +346,7 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
                 f"{w} window has data in {c:.0%} of bins (needs {spec.min_coverage:.0%})"
                 for w, c in low)
     kept = [s for s in sensors if s not in reasons]
+    seen_before, seen_after = before, after  # every sensor's bins, for the hole check
     before, after = before[kept], after[kept]
     cells = before.size + after.size
     missing = float((before.isna().sum().sum() + after.isna().sum().sum()) / cells) \
@@ -308,6 +360,8 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
         "unscaled_sensors": {},
     }
     if len(kept) < spec.min_sensors:
+        if sensors:
+            _raise_on_a_hole(seen_before, seen_after, spec)
         if not sensors:
             why = (f"no readings between {start.isoformat()} and {end.isoformat()}; "
                    "check the inspection time against the data's time range")

@@ -247,8 +247,7 @@ class SiteTracker:
         if not times:
             return 0
         spec = self.inspector.spec
-        frame = read_window(pd.Timestamp(min(times) - spec.before),
-                            pd.Timestamp(max(times) + spec.after))
+        frame = read_window(pd.Timestamp(min(times) - spec.before), spec.read_end(max(times)))
         read = cached_reader(frame)
         if frame.empty:
             return 0

@@ -214,7 +214,7 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
     times = [T + pd.Timedelta(hours=h) for h in range(34)] + [T + pd.Timedelta(minutes=90)]
     compared = 0
     for t in times:
-        inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < t + spec.after)]
+        inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < spec.read_end(t))]
         try:
             want = build_windows(inside, t, spec)
         except WindowError as exc:
@@ -228,3 +228,41 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
         assert got.data_quality == want.data_quality
         compared += 1
     assert compared >= 20
+
+
+def test_empty_last_bins_are_a_hole_when_the_data_goes_on():
+    """At a fine cadence a window's last bin is often empty (a skipped second): when the
+    data goes on within the bins read past the window, the window is complete and the
+    sensor's gap is filled (capped by min_coverage); at the data's end it stays
+    incomplete."""
+    from dataclasses import replace
+
+    from monitor.windows import WindowIncomplete
+
+    spec = replace(SPEC, resample=pd.Timedelta(seconds=2), before=pd.Timedelta(minutes=2),
+                   after=pd.Timedelta(seconds=30))
+    start = T - spec.before
+    rows = [((start + pd.Timedelta(seconds=k)).isoformat(), s, 1.0 + 0.01 * (k % 7))
+            for k in range(150 + 40) for s in ("a", "b")]
+    frame = readings(rows)
+    last_bin = (frame["time"] >= T + pd.Timedelta(seconds=28)) & \
+        (frame["time"] < T + pd.Timedelta(seconds=30))
+    w = build_windows(frame[~last_bin], T, spec)  # the data goes on past the window
+    assert w.after_raw.notna().all().all() and len(w.after_raw) == 15
+    cut = frame[~last_bin & (frame["time"] < T + spec.after)]  # the data ends there
+    with pytest.raises(WindowIncomplete, match="covered to 93%"):
+        build_windows(cut, T, spec)
+
+
+def test_a_hole_in_the_data_is_an_incomplete_window_that_names_it():
+    from monitor.windows import WindowHole
+
+    start = T - pd.Timedelta(hours=6)
+    rows = grid("a", start, 12, 10, minute_value) + grid("b", start, 12, 10, lambda _: 1.0)
+    hole = [r for r in rows if not (T - pd.Timedelta(hours=5) <= pd.Timestamp(r[0])
+                                    < T - pd.Timedelta(hours=1))]
+    with pytest.raises(WindowHole, match="hole: no sensor has a reading in 67% of the "
+                                         "before window") as caught:
+        build_windows(readings(hole), T, SPEC)
+    assert caught.value.covered == pytest.approx(2 / 6)
+    assert "2024-03-09T19:00:00+00:00 to 2024-03-09T23:00:00+00:00" in str(caught.value)
