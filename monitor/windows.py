@@ -6,8 +6,12 @@ aggregated. Sensors without enough data in either window are dropped and listed;
 gaps inside a window are interpolated within that window only.
 
 Nothing is invented past the data: an after window that reaches beyond the newest reading
-(its last bin holds no reading of any sensor) is not built at all but raises
-:class:`WindowIncomplete`, with the share of it the data covers. The agent waits for such
+(its last bin holds no reading of any sensor, and none follows within
+:data:`LOOKAHEAD_BINS` bins past it) is not built at all but raises
+:class:`WindowIncomplete`, with the share of it the data covers. Empty last bins followed
+by data are a hole inside the data (a skipped second at a fine cadence) and are filled
+like any other gap; a hole across all sensors in most of a window raises
+:class:`WindowHole` (an incomplete inspection that names it). The agent waits for such
 a window; a one-shot command ends that time as ``incomplete``. Filling happens only inside
 windows the data covers, and is capped by ``min_coverage`` (a sensor with data in fewer
 bins is dropped, not filled).
@@ -289,13 +293,18 @@ def _continues_past(readings: pd.DataFrame, end: pd.Timestamp, spec: WindowSpec)
 
 
 def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec) -> None:
-    """Too few sensors kept because the DATA has a hole (no sensor has a reading in more
-    than ``1 - min_coverage`` of a window's bins), not because sensors are missing:
-    :class:`WindowHole`, an incomplete inspection naming the hole."""
+    """Too few sensors kept because the DATA has a hole (from a window's first reading on,
+    no sensor has a reading in more than ``1 - min_coverage`` of its bins), not because
+    sensors are missing: :class:`WindowHole`, an incomplete inspection naming the hole.
+    Empty bins before a window's first reading are not a hole: there the data may not
+    have begun yet (too little data, an error as before)."""
     for name, frame in (("before", before), ("after", after)):
         seen = frame.notna().any(axis=1).to_numpy()
-        if len(seen) and seen.mean() < spec.min_coverage:
-            empty = frame.index[~seen]
+        if not seen.any():
+            continue
+        since = seen[int(np.argmax(seen)):]  # from the window's first reading on
+        if since.mean() < spec.min_coverage:
+            empty = frame.index[len(seen) - len(since):][~since]
             raise WindowHole(name, float(seen.mean()), empty[0], empty[-1] + spec.resample)
 
 

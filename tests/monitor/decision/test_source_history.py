@@ -163,8 +163,11 @@ def test_jobs_and_batches_carry_the_history_and_give_the_direct_result(unchanged
     settings = InspectorSettings.of(inspector)
     read = cached_reader(unchanged)
     times = [T - timedelta(days=1), T]
-    # the oldest of 28 daily times is t - 7d - 27d; its before window starts 7 days earlier
-    assert settings.read_span(T) == (pd.Timestamp(T) - pd.Timedelta(days=41), pd.Timestamp(T) + pd.Timedelta(days=7))
+    # the oldest of 28 daily times is t - 7d - 27d; its before window starts 7 days earlier;
+    # the span ends 4 bins past the after window (a hole told from the data's end)
+    ahead = 4 * pd.Timedelta(inspector.spec.resample)
+    assert settings.read_span(T) == (pd.Timestamp(T) - pd.Timedelta(days=41),
+                                     pd.Timestamp(T) + pd.Timedelta(days=7) + ahead)
     direct = [inspector.run(t, read).result for t in times]
     shipped = [run_job(pickle.loads(pickle.dumps(InspectionJob.with_windows(settings, t, read))))
                for t in times]
