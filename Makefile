@@ -32,7 +32,7 @@ system-deps:
 
 # Two test processes (pytest-xdist), one test file each at a time: the slow tests are
 # end-to-end replays that wait on servers and agent processes, so two share this 2-core CPU
-# well (make test: 12 min 48 s with the batched first pass, the 15 slowest tests listed).
+# well (make test: 11.5-12.5 min with the batched first pass; the 15 slowest are listed).
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
