@@ -117,27 +117,19 @@ def prepare(x_in: Any, y_in: Any, *, block_size: int | None, heuristic: Heuristi
     )
 
 
-def gather(data: torch.Tensor, idx: PaddedIndex, *, stacked: bool = False
-           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of data (n, A) for K padded index sets -> (K, w, A) and mask (K, w).
-    ``stacked``: data (N, n, A) of N data sets -> (N*K, w, A), data set major, and the
-    mask (K, w) of one data set."""
+def gather(data: torch.Tensor, idx: PaddedIndex) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of N stacked data sets, data (N, n, A), for K padded index sets ->
+    (N*K, w, A), data set major, and the mask (K, w) of one data set."""
     index = torch.as_tensor(idx.index, device=data.device)
     mask = torch.as_tensor(idx.mask, dtype=data.dtype, device=data.device)
-    if stacked:
-        return data[:, index].flatten(0, 1), mask
-    return data[index], mask
+    return data[:, index].flatten(0, 1), mask
 
 
 def split_problems(prep: Prepared, splits: Splits, part: str, kernel: KernelName,
                    estimator: EstimatorName) -> ProblemSet:
     """ProblemSet of the train (``part="train"``) or validation halves of K splits."""
-    xi = splits.x_train if part == "train" else splits.x_val
-    yi = splits.y_train if part == "train" else splits.y_val
-    xs, mx = gather(prep.x, xi)
-    ys, my = gather(prep.y, yi)
-    return ProblemSet.build(xs, ys, prep.gamma, mx=mx, my=my, kernel=kernel,
-                            estimator=estimator)
+    return stacked_split_problems(prep.x.unsqueeze(0), prep.y.unsqueeze(0),
+                                  prep.gamma.unsqueeze(0), splits, part, kernel, estimator)
 
 
 def stacked_split_problems(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor,
@@ -148,8 +140,8 @@ def stacked_split_problems(x: torch.Tensor, y: torch.Tensor, gamma: torch.Tensor
     xi = splits.x_train if part == "train" else splits.x_val
     yi = splits.y_train if part == "train" else splits.y_val
     n_sets = x.shape[0]
-    xs, mx = gather(x, xi, stacked=True)
-    ys, my = gather(y, yi, stacked=True)
+    xs, mx = gather(x, xi)
+    ys, my = gather(y, yi)
     k_sets = xi.index.shape[0]
     gammas = gamma.repeat_interleave(k_sets, 0).unsqueeze(1)  # (N*K, 1, A)
     return ProblemSet.build(xs, ys, gammas, mx=mx.repeat(n_sets, 1), my=my.repeat(n_sets, 1),
@@ -199,8 +191,8 @@ def stacked_validation(x: torch.Tensor, y: torch.Tensor, splits: Splits,
     y (N, m, A), as N*K sets (data set major), all with the same ``labels`` (K, B+1, Nv)
     from :func:`validation_labels`."""
     n_sets = x.shape[0]
-    xs, mx = gather(x, splits.x_val, stacked=True)
-    ys, my = gather(y, splits.y_val, stacked=True)
+    xs, mx = gather(x, splits.x_val)
+    ys, my = gather(y, splits.y_val)
     z = torch.cat([xs, ys], dim=1)
     valid = torch.cat([mx, my], dim=1).repeat(n_sets, 1)
     lab = torch.as_tensor(labels, dtype=z.dtype, device=z.device).repeat(n_sets, 1, 1)

@@ -399,11 +399,7 @@ class _Selector:
             val_ratio = val_problems.ratio(weights).cpu().numpy()
             train_ratio = train.ratio(weights).cpu().numpy()
         w_np = weights.cpu().numpy()
-        subsets = np.zeros(w_np.shape, dtype=bool)
-        for k in range(w_np.shape[0]):
-            for j in range(w_np.shape[1]):
-                chosen, _ = select(w_np[k, j], self.selection)
-                subsets[k, j, chosen] = True
+        subsets = select_masks(w_np, self.selection)
         # The gate only weights the scores; the reported p-value carries the false-alarm
         # guarantee. With whole-day blocks a validation half has so few blocks that a
         # block-permuted gate could never pass (min p ~ 0.1), so the gate permutes rows.

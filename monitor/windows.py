@@ -246,9 +246,7 @@ class BinnedSpan:
 
     def __init__(self, readings: pd.DataFrame, origin: pd.Timestamp, end: pd.Timestamp,
                  spec: WindowSpec) -> None:
-        if not readings.empty and readings["time"].dt.tz is None:
-            readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
-        self.readings = readings
+        self.readings = readings = _utc_readings(readings)
         self.origin = to_utc(origin)
         self.spec = spec
         self.step = pd.Timedelta(spec.resample)
@@ -279,6 +277,13 @@ class BinnedSpan:
                                    & (self.readings["time"] < self.spec.read_end(t))]
             return build_windows(inside, t_utc, self.spec)
         return _windows_from_bins(self.readings, before, after, t_utc, self.spec)
+
+
+def _utc_readings(readings: pd.DataFrame) -> pd.DataFrame:
+    """Readings whose naive times are taken as UTC."""
+    if not readings.empty and readings["time"].dt.tz is None:
+        return readings.assign(time=readings["time"].dt.tz_localize("UTC"))
+    return readings
 
 
 def _continues_past(readings: pd.DataFrame, end: pd.Timestamp, spec: WindowSpec) -> bool:
@@ -315,8 +320,7 @@ def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Wind
     data in both windows.
     """
     start, t, end = spec.bounds(t)
-    if not readings.empty and readings["time"].dt.tz is None:
-        readings = readings.assign(time=readings["time"].dt.tz_localize("UTC"))
+    readings = _utc_readings(readings)
     before = resample_window(readings, start, t, spec.resample, spec.aggregate)
     after = resample_window(readings, t, end, spec.resample, spec.aggregate)
     return _windows_from_bins(readings, before, after, t, spec)

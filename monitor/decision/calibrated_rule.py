@@ -58,8 +58,7 @@ def engine_part_selector(engine: EngineSettings) -> Selector:
     :data:`~engine.live.engine_power.ENGINE_PART_PARAMS` over them: float64, so that a
     batched fit (the history) and a single one (each inspection, one per job on an
     executor) agree to 1e-14, not float32's 1e-6, and a history computed here or on a
-    cluster calibrates the same p-values; and a statistic that is a continuous function
-    of the readings (a fixed penalty grid, one start, no comparison in the optimiser)."""
+    cluster calibrates the same p-values."""
     from engine.live.engine_power import ENGINE_PART_PARAMS
 
     params = {**dict(engine.params), **ENGINE_PART_PARAMS}
