@@ -10,7 +10,8 @@ any other alert:
 * a result with an ``incident`` block: the alert carries the label ``incident`` (its id)
   and the incident's sensors; it fires while the incident is open (every result re-sends
   it, so ``alert_ttl`` only ends it if the agent goes away) and resolves with the
-  ``resolved`` event;
+  ``resolved`` event; while several incidents are open (``open_incidents``) each has its
+  own alert;
 * ``error``: alert ``MmdwatchInspectionError`` carrying the error message.
 """
 from __future__ import annotations
@@ -78,16 +79,17 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
                  "annotations": {**annotations, "error": str(result.get("error", ""))},
                  "startsAt": _iso(now), "endsAt": _iso(now + ttl)}
     elif result.get("incident"):
-        incident = result["incident"]
-        ends = now if incident.get("event") == "resolved" else now + ttl
-        annotations["selected_sensors"] = ", ".join(map(str, incident.get("sensors") or []))
-        annotations["incident_started"] = str(incident.get("started", ""))
-        for key in ("onset", "onset_low", "onset_high", "reason"):
-            if incident.get(key):
-                annotations[f"incident_{key}"] = str(incident[key])
-        alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
-                            "severity": severity, "incident": str(incident.get("id", ""))},
-                 "annotations": annotations, "startsAt": _iso(now), "endsAt": _iso(ends)}
+        # one alert per incident: the one this result is about, then any other open one
+        # (``open_incidents``, present when several are open), so each stays firing
+        incidents = [result["incident"]] + [
+            other for other in result.get("open_incidents") or []
+            if other.get("id") != result["incident"].get("id")]
+        alerts = [_incident_alert(incident, site, severity, annotations, now, ttl)
+                  for incident in incidents]
+        if generator_url:
+            for alert in alerts:
+                alert["generatorURL"] = generator_url
+        return alerts
     else:
         ends = now + ttl if status == "firing" else now
         alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
@@ -96,6 +98,22 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
     if generator_url:
         alert["generatorURL"] = generator_url
     return [alert]
+
+
+def _incident_alert(incident: dict[str, Any], site: str, severity: str,
+                    annotations: dict[str, str], now: datetime, ttl: timedelta
+                    ) -> dict[str, Any]:
+    """The ``MmdwatchChange`` alert of one incident (label ``incident``: its id)."""
+    ends = now if incident.get("event") == "resolved" else now + ttl
+    notes = {**annotations,
+             "selected_sensors": ", ".join(map(str, incident.get("sensors") or [])),
+             "incident_started": str(incident.get("started", ""))}
+    for key in ("onset", "onset_low", "onset_high", "reason"):
+        if incident.get(key):
+            notes[f"incident_{key}"] = str(incident[key])
+    return {"labels": {"alertname": "MmdwatchChange", "site": site, "severity": severity,
+                       "incident": str(incident.get("id", ""))},
+            "annotations": notes, "startsAt": _iso(now), "endsAt": _iso(ends)}
 
 
 class WebhookSink(Sink):

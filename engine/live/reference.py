@@ -130,7 +130,8 @@ class Reference:
         scale = rb.std(axis=0)
         scale = np.where(scale > 1e-12, scale, 1.0)
         common = CommonMode.fit(rb / scale, settings.common_modes)
-        rb = common.apply(rb / scale)
+        # robust loadings, as :meth:`residuals` computes them on later windows
+        rb = common.apply(rb / scale, robust=True)
         local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
         level = rb[-local:].mean(axis=0)
         means, variances = _window_stats(rb, n_a)
@@ -152,7 +153,8 @@ class Reference:
             raise DetectionError(f"the window lacks sensors of the reference: {missing[:5]}")
         x = window[self.columns].to_numpy(dtype=float)
         r = (x - self.table[_slots(window.index, self.weekly)]) / self.scale
-        return self.common.apply(r)
+        # robust: another change elsewhere must not move this incident's sensors
+        return self.common.apply(r, robust=True)
 
     def compare(self, window: pd.DataFrame) -> ReferenceCheck:
         """``window`` (n_a, D) against the reference."""

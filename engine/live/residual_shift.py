@@ -118,11 +118,37 @@ class CommonMode:
             directions = vt[:modes].T
         return cls(beta, directions)
 
-    def apply(self, r: np.ndarray) -> np.ndarray:
-        """``r`` (n, D) with the common mode removed."""
+    def apply(self, r: np.ndarray, robust: bool = False) -> np.ndarray:
+        """``r`` (n, D) with the common mode removed. ``robust``: each row's loadings on
+        the principal directions fitted with Huber weights (:func:`robust_loadings`), so
+        that a change on a few sensors is not spread onto the others by the projection."""
         r = r - np.median(r, axis=1, keepdims=True) * self.beta
         p = self.directions
-        return r - r @ p @ p.T if p.shape[1] else r
+        if not p.shape[1]:
+            return r
+        return r - (robust_loadings(r, p) if robust else r @ p) @ p.T
+
+
+def robust_loadings(r: np.ndarray, p: np.ndarray, iterations: int = 6,
+                    tuning: float = 1.345) -> np.ndarray:
+    """Each row's loadings (n, k) on the orthonormal directions ``p`` (D, k), by Huber
+    regression (iteratively reweighted least squares, all rows at once).
+
+    The plain projection ``r @ p`` is least squares: one sensor's step of 100 spreads
+    ``100 * p[d] * p`` onto every sensor. The frozen reference of an open incident
+    compares its own sensors while another change may be under way elsewhere
+    (docs/decision.md, "Several incidents at once"); with Huber weights that other change
+    is an outlier of its rows and leaves their loadings alone."""
+    coef = r @ p  # (n, k), the least-squares start
+    for _ in range(iterations):
+        resid = r - coef @ p.T
+        scale = 1.4826 * np.median(np.abs(resid), axis=1, keepdims=True)
+        scale = np.maximum(scale, 1e-12)
+        w = np.minimum(1.0, tuning * scale / np.maximum(np.abs(resid), 1e-300))  # (n, D)
+        gram = np.einsum("nd,dk,dj->nkj", w, p, p)
+        rhs = np.einsum("nd,dk->nk", w * r, p)
+        coef = np.linalg.solve(gram + 1e-12 * np.eye(p.shape[1]), rhs[..., None])[..., 0]
+    return coef
 
 
 def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int

@@ -19,6 +19,12 @@ entered the first three named, or the p-value fell tenfold since the last event)
 ``resolved`` or none. Sinks publish on events, not at every inspection (docs/result.md,
 "Incidents").
 
+Several incidents may be open at once: a firing on sensors an open incident does not
+name, whose onset comes more than an after window past that incident's, is a new change
+and opens its own incident (:func:`is_new_change`). Each incident resolves on its own
+sensors; a result carries at most one event (the tracker lets a second resolution wait
+for the next result).
+
 The agent keeps the open incident in its state database, written in the same transaction
 as the result, so a restart neither loses nor repeats an event.
 """
@@ -175,6 +181,31 @@ def advance(current: Incident | None, result: dict[str, Any], settings: Incident
         return None, "resolved", closed
     waiting = replace(current, returned_since=since)
     return waiting, None, waiting
+
+
+def hold(current: Incident, t: str, back: bool | None) -> Incident:
+    """An open incident at a result that fired for another incident: it counts the time
+    its own sensors are back at its frozen reference (``back``) but neither resolves nor
+    carries an event here (a result carries one event; it may resolve at the next)."""
+    if back is None:
+        return current
+    if not back:
+        return replace(current, returned_since=None)
+    return replace(current, returned_since=current.returned_since or t)
+
+
+def is_new_change(current: Incident, fired: list[str], onset_low: str | None,
+                  after: timedelta) -> bool:
+    """Whether a firing while ``current`` is open is a change of its own (docs/decision.md,
+    "Several incidents at once"): none of the sensors it ``fired`` on is named by
+    ``current``, and its onset interval begins more than one after window (``after``)
+    past the end of ``current``'s (its start when it has no onset). A later firing of the
+    same change that selects a further sensor has its onset where the incident's is, and
+    joins it."""
+    if onset_low is None or set(fired) & set(current.sensors + current.fired):
+        return False
+    end = current.onset_high or current.onset or current.started
+    return parse_time(onset_low) - parse_time(end) > after
 
 
 def accept(current: Incident, t: str, by: str) -> Incident:

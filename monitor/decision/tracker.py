@@ -1,5 +1,5 @@
 """What a site's decisions remember between inspections: the calibration history of the
-detection statistic, the open incident with its frozen reference, and the memory of the
+detection statistic, the open incidents with their frozen references, and the memory of the
 last incident (the quarantine after it, the sensors an ack accepted). In memory; the agent
 persists all three in its state database with each result, ``backfill`` keeps them for
 one run.
@@ -29,6 +29,8 @@ from monitor.decision.incidents import (
     advance,
     attach,
     fired_sensors,
+    hold,
+    is_new_change,
     opened,
 )
 
@@ -50,17 +52,41 @@ log = logging.getLogger(__name__)
 
 class SiteTracker:
     """History of ``(inspection time, (level, engine statistic))`` from inspections judged
-    normal, and the open incident."""
+    normal, and the open incidents (oldest first; several when a new change began while
+    one was open, docs/decision.md "Several incidents at once")."""
 
     def __init__(self, inspector: Inspector, incidents: IncidentSettings,
                  history: Iterable[tuple[datetime, HistoryValue]] = (),
-                 incident: Incident | None = None) -> None:
+                 open_incidents: Iterable[Incident] = ()) -> None:
         self.inspector = inspector
         self.incidents = incidents
         self.history: dict[datetime, HistoryValue] = dict(history)
-        self.incident = incident
+        self.open_incidents: list[Incident] = list(open_incidents)
         self.quarantine_until: datetime | None = None  # no history before this time
         self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
+        self.applied_acks: list[int] = []  # the acks the last observed result used up
+
+    @property
+    def incident(self) -> Incident | None:
+        """The newest open incident (None when none is open)."""
+        return self.open_incidents[-1] if self.open_incidents else None
+
+    def restore_incidents(self, saved: dict[str, Any] | list[dict[str, Any]] | None) -> None:
+        """The open incidents as the state database keeps them (:meth:`saved_incidents`)."""
+        if saved is None:
+            self.open_incidents = []
+        else:
+            items = saved if isinstance(saved, list) else [saved]
+            self.open_incidents = [Incident.from_dict(item) for item in items]
+
+    def saved_incidents(self) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """The open incidents for the state database: None, one incident's dict (as before
+        several could be open, so older readers still read it), or a list, oldest first."""
+        if not self.open_incidents:
+            return None
+        if len(self.open_incidents) == 1:
+            return self.open_incidents[0].to_state()
+        return [incident.to_state() for incident in self.open_incidents]
 
     def memory(self) -> dict[str, Any]:
         """What the decision holds besides the history and the open incident, as JSON: the
@@ -102,17 +128,20 @@ class SiteTracker:
         status = result.get("status")
         detection = result.get("detection") or {}
         self._report_history(result, t)
-        was_open = self.incident is not None
+        was_open = bool(self.open_incidents)
         event, about = self._step(result, t, status, read_window, acks)
         value = detection.get("value")
         kept: HistoryValue | None = None
         if (value is not None and status in ("ok", "calibrating") and not was_open
-                and self.incident is None and event is None and self._normal(detection, t)):
+                and not self.open_incidents and event is None
+                and self._normal(detection, t)):
             engine_value = (detection.get("engine") or {}).get("value")
             kept = (float(value), None if engine_value is None else float(engine_value))
             self.history[t] = kept
             self._trim(t)
         attach(result, event, about)
+        if len(self.open_incidents) > 1:
+            result["open_incidents"] = [i.to_dict() for i in self.open_incidents]
         return kept, event
 
     def _report_history(self, result: dict[str, Any], t: datetime) -> None:
@@ -132,42 +161,110 @@ class SiteTracker:
     def _step(self, result: dict[str, Any], t: datetime, status: Any,
               read_window: ReadWindow | None, acks: Sequence[Ack]
               ) -> tuple[str | None, Incident | None]:
-        """The incident's move at ``result``: (event, the incident the event is about)."""
+        """The incidents' moves at ``result``: (event, the incident the event is about, or
+        the newest open one when there is no event). A result carries at most one event:
+        an ack first, then the firing's (opened or updated), then one resolution; a
+        second resolution due at the same result waits for the next."""
         stamp = result["inspection_time"]
-        if self.incident is not None:
-            ack = next((a for a in acks if a.incident_id == self.incident.id), None)
-            if ack is not None:
-                closed = accept(self.incident, stamp, ack.by)
-                log.info("incident %s accepted by %s (%s) at %s", closed.id, ack.by, ack.via,
-                         stamp)
-                self._closed(closed, t)
-                return "resolved", closed
+        accepted = self._apply_acks(stamp, t, acks)
+        if accepted is not None:
+            return "resolved", accepted
+        event: str | None = None
+        about: Incident | None = None
+        owner: str | None = None
         if status == "firing":
             fired = fired_sensors(result)
-            if self.incident is None:
+            if not self.open_incidents:
                 if self.accepted and set(fired) <= self.accepted:
                     return None, None  # the accepted change, still in the sliding window
-                self.incident = opened(result, **self._freeze(result, t, fired, read_window))
-                return "opened", self.incident
+                new = opened(result, **self._freeze(result, t, fired, read_window))
+                self.open_incidents.append(new)
+                return "opened", new
+            current = self._owner(fired)
+            if current is None:
+                extra = self._freeze(result, t, fired, read_window)
+                newest = self.open_incidents[-1]
+                if is_new_change(newest, fired, extra.get("onset_low"),
+                                 self.inspector.spec.after):
+                    current = opened(result, **extra)
+                    self.open_incidents.append(current)
+                    log.info("incident %s: a new change on %s (onset %s) while %s is open",
+                             current.id, ", ".join(fired), extra.get("onset"), newest.id)
+                    event, about = "opened", current
+                else:
+                    current = newest
+            if event is None:
+                nxt, event, about = advance(current, result, self.incidents)
+                self._put(current.id, nxt)
+            owner = current.id
         elif self.accepted and status == "ok":
             self.accepted = set()
-        back = None
-        if self.incident is not None and status == "ok" and self.incident.reference:
-            back = self._back(t, read_window)
-        before = self.incident
-        self.incident, event, about = advance(self.incident, result, self.incidents, back)
-        if before is not None and self.incident is None and about is not None:
-            self._closed(about, t)
+        # every other open incident on its own sensors: a firing for another incident is a
+        # quiet result for this one
+        calm = {**result, "status": "ok"} if status == "firing" else result
+        for incident in list(self.open_incidents):
+            if incident.id == owner:
+                continue
+            back = None
+            if calm.get("status") == "ok" and incident.reference:
+                back, incident = self._back(incident, t, read_window)
+            if event is not None:
+                self._put(incident.id, hold(incident, stamp, back))
+                continue
+            nxt, ev, ab = advance(incident, calm, self.incidents, back)
+            self._put(incident.id, nxt)
+            if nxt is None and ab is not None:
+                self._closed(ab, t)
+            if ev is not None:
+                event, about = ev, ab
+        if about is None:
+            about = self.incident
         return event, about
+
+    def _apply_acks(self, stamp: str, t: datetime, acks: Sequence[Ack]) -> Incident | None:
+        """Resolve the first open incident an ack names (``reason: accepted``) and return
+        it. Acks naming no open incident (a duplicate, a late one) are used up too; acks
+        of a second open incident wait for the next result (one event per result)."""
+        self.applied_acks = []
+        closed: Incident | None = None
+        for ack in acks:
+            target = next((i for i in self.open_incidents if i.id == ack.incident_id), None)
+            if target is not None and closed is not None:
+                continue
+            self.applied_acks.append(ack.id)
+            if target is None:
+                continue
+            closed = accept(target, stamp, ack.by)
+            log.info("incident %s accepted by %s (%s) at %s", closed.id, ack.by, ack.via,
+                     stamp)
+            self._put(target.id, None)
+            self._closed(closed, t)
+        return closed
+
+    def _owner(self, fired: list[str]) -> Incident | None:
+        """The newest open incident that names one of the ``fired`` sensors."""
+        for incident in reversed(self.open_incidents):
+            if set(fired) & set(incident.sensors + incident.fired):
+                return incident
+        return None
+
+    def _put(self, incident_id: str, incident: Incident | None) -> None:
+        """Replace the open incident ``incident_id`` (None: remove it, it resolved)."""
+        at = next(i for i, item in enumerate(self.open_incidents) if item.id == incident_id)
+        if incident is None:
+            del self.open_incidents[at]
+        else:
+            self.open_incidents[at] = incident
 
     def _closed(self, incident: Incident, t: datetime) -> None:
         """After an incident ends: the sliding reference still holds the change for a
         day; after an ack, the same sensors may not reopen until the statistic is quiet."""
-        self.incident = None
-        self.quarantine_until = t + self.inspector.spec.resample * max(
-            1, self.inspector.decision.detector.local_level_rows)
+        self.quarantine_until = max(
+            self.quarantine_until or t,
+            t + self.inspector.spec.resample * max(
+                1, self.inspector.decision.detector.local_level_rows))
         if incident.reason == "accepted":
-            self.accepted = set(incident.sensors) | set(incident.fired)
+            self.accepted |= set(incident.sensors) | set(incident.fired)
 
     def _freeze(self, result: dict[str, Any], t: datetime, fired: list[str],
                 read_window: ReadWindow | None) -> dict[str, Any]:
@@ -211,26 +308,27 @@ class SiteTracker:
                  extra["baseline"])
         return extra
 
-    def _back(self, t: datetime, read_window: ReadWindow | None) -> bool | None:
-        """Whether the open incident's sensors are back at its frozen reference at ``t``
-        (None when the window cannot tell); records the check on the incident."""
+    def _back(self, incident: Incident, t: datetime, read_window: ReadWindow | None
+              ) -> tuple[bool | None, Incident]:
+        """Whether ``incident``'s sensors are back at its frozen reference at ``t`` (None
+        when the window cannot tell), and the incident with that check recorded."""
         from engine.live.reference import Reference
         from engine.live.residual_shift import DetectionError
         from monitor.windows import WindowError
 
-        assert self.incident is not None and self.incident.reference is not None
+        assert incident.reference is not None
         if read_window is None:
-            return None
+            return None, incident
         try:
             w = self.inspector._windows(t, read_window)
-            check = Reference.from_dict(self.incident.reference).compare(w.after_raw)
+            check = Reference.from_dict(incident.reference).compare(w.after_raw)
         except (WindowError, DetectionError) as exc:
             log.warning("incident %s: no check against its reference at %s (%s)",
-                        self.incident.id, iso(t), exc)
-            return None
-        self.incident = replace(self.incident,
-                                baseline_check=check.by_sensor(self.incident.sensors))
-        return not check.changed(self.incident.fired or self.incident.sensors)
+                        incident.id, iso(t), exc)
+            return None, incident
+        checked = replace(incident, baseline_check=check.by_sensor(incident.sensors))
+        self._put(incident.id, checked)
+        return not check.changed(incident.fired or incident.sensors), checked
 
     def _trim(self, t: datetime) -> None:
         horizon = t - self.inspector.decision.calibration.history - timedelta(days=1)

@@ -55,7 +55,8 @@ class Ledger(Protocol):
     def last_done(self) -> float | None: ...
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: HistoryValue | None = None,
-                          incident: dict[str, Any] | None | bool = False,
+                          incident: dict[str, Any] | list[dict[str, Any]] | None
+                          | bool = False,
                           applied_acks: Sequence[int] = (),
                           memory: dict[str, Any] | None = None) -> None: ...
     def pending_acks(self) -> list[Ack]: ...
@@ -63,6 +64,7 @@ class Ledger(Protocol):
     def history(self, since: float) -> list[tuple[float, HistoryValue]]: ...
     def prune_history(self, before: float) -> None: ...
     def open_incident(self) -> dict[str, Any] | None: ...
+    def saved_incidents(self) -> dict[str, Any] | list[dict[str, Any]] | None: ...
     def decision_memory(self) -> dict[str, Any] | None: ...
 
 
@@ -257,11 +259,7 @@ class SiteRunner:
                 log.info("calibration%s: %d past inspection times computed from the source",
                          "" if self.site is None else f" of site {self.site}", added)
         self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
-        saved = self.state.open_incident()
-        if saved is not None:
-            from monitor.decision.incidents import Incident
-
-            self.tracker.incident = Incident.from_dict(saved)
+        self.tracker.restore_incidents(self.state.saved_incidents())
         self.tracker.restore(self.state.decision_memory())
         self.history_ready = True
 
@@ -297,16 +295,15 @@ class SiteRunner:
             self.state.commit_inspection(t.timestamp(), result)
             return None
         # Operators' acks (``mmdwatch ack``, the MQTT command topic) wait in the state
-        # database; the one naming the open incident resolves it with this result. Every
-        # pending ack is marked applied in the result's transaction: one for an incident
-        # that is no longer open (a duplicate, a late one) has nothing left to do.
+        # database; the one naming the open incident resolves it with this result. The acks
+        # the tracker used are marked applied in the result's transaction: one for an
+        # incident that is no longer open (a duplicate, a late one) has nothing left to
+        # do; one for a second open incident waits for the next result.
         acks = self.state.pending_acks()
         kept, event = self.tracker.observe(result, self.read_window, acks)
-        incident = self.tracker.incident
         self.state.commit_inspection(t.timestamp(), result, statistic=kept,
-                                     incident=None if incident is None
-                                     else incident.to_state(),
-                                     applied_acks=[a.id for a in acks],
+                                     incident=self.tracker.saved_incidents(),
+                                     applied_acks=self.tracker.applied_acks,
                                      memory=self.tracker.memory())
         return event
 

@@ -231,7 +231,8 @@ class AgentState:
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: HistoryValue | None = None,
-                          incident: dict[str, Any] | None | bool = False,
+                          incident: dict[str, Any] | list[dict[str, Any]] | None
+                          | bool = False,
                           site: str | None = None,
                           applied_acks: Sequence[int] = (),
                           memory: dict[str, Any] | None = None) -> None:
@@ -239,8 +240,8 @@ class AgentState:
         already queued (same fingerprint) keeps its delivery state.
 
         In the same transaction: ``statistic`` joins the calibration history,
-        ``incident`` (a dict, or None for "no open incident"; False leaves it as it is)
-        becomes the open incident, ``memory`` (a dict; None leaves it as it is) becomes the
+        ``incident`` (a dict, a list of dicts when several are open, oldest first, or None
+        for "no open incident"; False leaves it as it is) becomes the open incidents, ``memory`` (a dict; None leaves it as it is) becomes the
         decision's memory (:meth:`decision_memory`), and the acks ``applied_acks`` are
         marked applied at ``t`` (as :meth:`mark_ack_applied`), so an ack is used up exactly
         when the result that applied it is recorded. ``site``: the site of a multi-site
@@ -354,9 +355,21 @@ class AgentState:
         self._tx(lambda c: c.execute("DELETE FROM history WHERE inspection_time < ?",
                                      (before,)))
 
-    def open_incident(self, site: str | None = None) -> dict[str, Any] | None:
+    def saved_incidents(self, site: str | None = None
+                        ) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """The open incidents as the tracker saved them: None, one dict, or a list."""
         raw = self.get_meta("incident" if site is None else f"incident:{site}")
         return None if raw is None else json.loads(raw)
+
+    def open_incident_list(self, site: str | None = None) -> list[dict[str, Any]]:
+        """The open incidents of ``site`` (None: a single-site agent's), oldest first."""
+        saved = self.saved_incidents(site)
+        return [] if saved is None else saved if isinstance(saved, list) else [saved]
+
+    def open_incident(self, site: str | None = None) -> dict[str, Any] | None:
+        """The newest open incident of ``site`` (None when none is open)."""
+        items = self.open_incident_list(site)
+        return items[-1] if items else None
 
     def decision_memory(self, site: str | None = None) -> dict[str, Any] | None:
         """The decision's memory saved with the last result (``SiteTracker.memory``): the
@@ -365,9 +378,9 @@ class AgentState:
         return None if raw is None else json.loads(raw)
 
     def open_incidents(self) -> list[tuple[str | None, dict[str, Any]]]:
-        """Every site's open incident as ``(site, incident dict)``: site None for a
+        """Every site's open incidents as ``(site, incident dict)``: site None for a
         single-site agent's (meta key ``incident``), the site id for ``incident:<site>``;
-        in key order."""
+        in key order, a site's oldest first."""
         with self._lock:
             rows = self._conn.execute(
                 "SELECT key, value FROM meta WHERE key = 'incident' OR key LIKE 'incident:%' "
@@ -375,7 +388,8 @@ class AgentState:
         out: list[tuple[str | None, dict[str, Any]]] = []
         for key, value in rows:
             site = None if key == "incident" else key[len("incident:"):]
-            out.append((site, json.loads(value)))
+            saved = json.loads(value)
+            out.extend((site, item) for item in (saved if isinstance(saved, list) else [saved]))
         return out
 
     # -- acks -----------------------------------------------------------------------------
@@ -506,7 +520,8 @@ class SiteState:
 
     def commit_inspection(self, t: float, result: dict[str, Any], *,
                           statistic: HistoryValue | None = None,
-                          incident: dict[str, Any] | None | bool = False,
+                          incident: dict[str, Any] | list[dict[str, Any]] | None
+                          | bool = False,
                           applied_acks: Sequence[int] = (),
                           memory: dict[str, Any] | None = None) -> None:
         self.state.commit_inspection(t, result, statistic=statistic, incident=incident,
@@ -524,6 +539,9 @@ class SiteState:
 
     def open_incident(self) -> dict[str, Any] | None:
         return self.state.open_incident(self.site)
+
+    def saved_incidents(self) -> dict[str, Any] | list[dict[str, Any]] | None:
+        return self.state.saved_incidents(self.site)
 
     def decision_memory(self) -> dict[str, Any] | None:
         return self.state.decision_memory(self.site)

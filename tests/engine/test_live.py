@@ -132,3 +132,26 @@ def test_the_combination_names_the_part_that_gave_it() -> None:
     # no engine history yet, or the part switched off: the level part at the whole level
     assert combine(0.004, None, 0.35).p_value == 0.004
     assert combine(0.004, 1e-9, 0.0).p_value == 0.004
+
+
+def test_robust_loadings_keep_one_sensors_step_off_the_others() -> None:
+    """A step on one sensor moves the least-squares loadings, and through them every
+    sensor's residual; Huber loadings leave the other sensors where they were."""
+    from engine.live.residual_shift import CommonMode, robust_loadings
+
+    rng = np.random.default_rng(3)
+    d, n = 20, 48
+    direction = rng.normal(size=(d, 1))
+    direction /= np.linalg.norm(direction)
+    clean = rng.normal(0, 1, size=(n, 1)) @ direction.T * 5 + rng.normal(0, 0.3, size=(n, d))
+    mode = CommonMode(beta=np.zeros(d), directions=direction)
+    stepped = clean.copy()
+    stepped[:, 7] += 40.0
+    others = [i for i in range(d) if i != 7]
+    plain = np.abs(mode.apply(stepped) - mode.apply(clean))[:, others].max()
+    robust = np.abs(mode.apply(stepped, robust=True)
+                    - mode.apply(clean, robust=True))[:, others].max()
+    assert plain > 1.0 and robust < 0.1
+    # without outliers the robust loadings are the least-squares ones, nearly
+    ls = clean @ direction
+    assert np.abs(robust_loadings(clean, direction) - ls).max() < 0.05 * np.abs(ls).max()
