@@ -51,6 +51,10 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
     p.add_argument("--after", metavar="DUR",
                    help="after window length (default 16h; 7d in the retrospective profile)")
+    p.add_argument("--resample", metavar="DUR",
+                   help="bin width of the windows (default 1h), e.g. 2s for one-second data; "
+                   "the decision's durations are derived from it and the windows "
+                   "(docs/config.md)")
     p.add_argument("--method", choices=METHODS, help="selector (default cv-aggregation)")
     p.add_argument("--seed", type=int, help="random seed (default 0)")
     p.add_argument("--alpha", type=float, help="significance level (default 0.05)")
@@ -150,7 +154,7 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
         config = load_config(args.config)
         entry = _pick_site(config, args)
         view = config if entry is None else config.for_site(entry)
-        raw = view.model_dump(mode="json", exclude={"source", "sinks", "sites"})
+        raw = view.given_dump(exclude={"source", "sinks", "sites"})
         raw["source"] = config.source.model_dump(mode="json")  # secrets masked: see below
         raw["sinks"] = []
     else:
@@ -166,7 +170,8 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
                                        "sensors_file", "links_file") if k in raw}
     windows = raw.setdefault("windows", {})
     engine = raw.setdefault("engine", {})
-    for key, target in (("before", windows), ("after", windows), ("normalise", windows),
+    for key, target in (("before", windows), ("after", windows), ("resample", windows),
+                        ("normalise", windows),
                         ("method", engine), ("seed", engine), ("alpha", engine),
                         ("device", engine)):
         if getattr(args, key) is not None:
@@ -177,17 +182,43 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
     if args.block_size is not None:
         engine["block_size"] = None if args.block_size.lower() in ("none", "null") \
             else args.block_size
+    _finer_schedule(raw, args)
     if args.site:
         raw["site"] = args.site
     for key in ("sensors_file", "links_file"):
         if getattr(args, key) is not None:
             raw[key] = str(getattr(args, key))
     merged = validate_config(raw, origin=str(args.config or "command line"))
+    if merged.derived_differ():
+        # a cadence other than hourly: say what the durations became
+        log.warning("%s: derived from the windows and the cadence: %s", merged.site,
+                    merged.describe_derived())
     if config is not None:  # the connectors as loaded, secrets intact
         merged = merged.model_copy(update={"source": config.source, "sinks": config.sinks})
     if entry is not None:  # which readings are the site's (compose.build_windows)
         merged = merged.model_copy(update={"sites": [entry]})
     return merged
+
+
+def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
+    """``backfill --data --every DUR`` finer than the profile's schedule (a 5-second
+    cadence on one-second data): the agent replayed is one inspecting every DUR, and the
+    decision's durations derive from that cadence. A coarser ``--every`` keeps writing a
+    subset of the schedule's times, and a ``--config`` keeps its agent's schedule."""
+    from connectors.timeutil import parse_duration
+    from monitor.config import PROFILES
+
+    every = getattr(args, "every", None)
+    if not every or args.config is not None or raw.get("schedule"):
+        return
+    try:
+        step = parse_duration(every)
+    except ValueError:
+        return  # cmd_backfill reports it
+    profile = PROFILES.get(str(raw.get("profile", "live")), {})
+    default = (profile.get("schedule") or {}).get("every")
+    if default is not None and step < parse_duration(default):
+        raw["schedule"] = {"every": every}
 
 
 def _pick_site(config: Any, args: argparse.Namespace) -> Any:
@@ -640,6 +671,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{len(config.sites)} sites: {', '.join(site.id for site in config.sites)}"
     print(f"{args.config}: OK ({sites}, source {config.source.type}, sinks {sinks}, "
           f"{when} {sched.timezone}, clock {sched.clock})")
+    for site in config.site_configs():
+        if site.derived:
+            where = "" if not config.sites else f" (site {site.site})"
+            print(f"  derived from the windows and the cadence{where}: "
+                  f"{site.describe_derived()}")
     return EXIT_OK
 
 

@@ -66,7 +66,7 @@ def build_decision(config: MonitorConfig) -> DecisionSettings:
     resample = config.windows.resample
     detector = DetectorSettings(local_level_rows=max(1, int(d.local_level / resample)),
                                 common_modes=d.common_modes, weekly_profile=d.weekly_profile,
-                                top_k=d.top_k)
+                                top_k=d.top_k, daily_profile=d.daily_profile)
     calibration = CalibrationSettings(false_incident_interval=d.false_incident_interval,
                                       inspection_interval=inspection_interval(config),
                                       min_history=d.min_history, history=d.history)
@@ -296,6 +296,10 @@ def build_agent(config: MonitorConfig, metrics: Metrics | None = None) -> Any:
     except OSError as exc:
         raise StateError(f"cannot create state_dir {state_dir}: {exc.strerror}; point "
                          "state_dir at a writable folder") from None
+    for site_config in config.site_configs():
+        if site_config.derived:
+            log.info("%s: derived from the windows and the cadence: %s", site_config.site,
+                     site_config.describe_derived())
     feed = build_windows(config, metrics)
     if feed.stream is None:
         metrics.set_source_connected(None)  # no connection to report between queries

@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -150,6 +151,9 @@ class DecisionConfig(_Section):
     rule: Literal["calibrated", "engine"] = Field(
         "calibrated", description="calibrated: detection statistic vs the site's history; "
         "engine: the engine's p-value vs engine.alpha")
+    # The durations' defaults (30d, 4d, 28d, 24h at hourly cadence) are derived from the
+    # windows and the inspection interval when the config leaves them out
+    # (MonitorConfig._derive, docs/config.md "Derived durations").
     false_incident_interval: Duration = Field(
         timedelta(days=30), description="target mean time between false incidents")
     min_history: Duration = Field(timedelta(days=4),
@@ -160,6 +164,10 @@ class DecisionConfig(_Section):
     local_level: Duration = Field(timedelta(hours=24),
                                   description="latest part of the before window compared")
     common_modes: int = Field(1, ge=0, le=10, description="network-wide modes removed")
+    daily_profile: bool = Field(
+        True, description="remove each sensor's hour-of-day profile (false: the window "
+        "mean alone, for data without a daily cycle); derived: true when windows.before "
+        "holds 2 days or more")
     weekly_profile: bool = True
     top_k: int = Field(1, ge=1, description="sensors the statistic averages over")
     engine_weight: float = Field(
@@ -180,9 +188,7 @@ class DecisionConfig(_Section):
                      "local_level", "engine_rows"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"decision.{name} must be positive, e.g. 30d or 24h")
-        if self.history < self.min_history:
-            raise ValueError("decision.history must be at least decision.min_history")
-        return self
+        return self  # history >= min_history: MonitorConfig, once both are derived
 
 
 #: What each profile fills in where the config is silent (README "Profiles").
@@ -201,7 +207,6 @@ PROFILES: dict[str, dict[str, dict[str, Any]]] = {
     "retrospective": {
         "windows": {"before": "7d", "after": "7d", "resample": "1h", "normalise": "before"},
         "schedule": {"cron": "0 0 * * *"},
-        "engine": {"block_size": "1d"},
         "decision": {"rule": "engine"},
     },
 }
@@ -354,6 +359,7 @@ class MonitorConfig(_Section):
     sensors_file: Path | None = None
     links_file: Path | None = None
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    _derived: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("site")
     @classmethod
@@ -364,6 +370,55 @@ class MonitorConfig(_Section):
     @classmethod
     def _profile(cls, data: Any) -> Any:
         return apply_profile(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _derive(self) -> MonitorConfig:
+        """Fill the durations the config leaves out from the windows and the cadence
+        (:func:`derived_durations`), then refuse values that cannot work."""
+        derived = derived_durations(self)
+        given_decision = self.decision.model_fields_set
+        decision = {k: v for k, v in derived.items()
+                    if k in DERIVED_DECISION_KEYS and k not in given_decision}
+        if decision:
+            self.decision = self.decision.model_copy(update=decision)
+        self._derived = {f"decision.{k}": v for k, v in decision.items()}
+        if "block_size" not in self.engine.model_fields_set and self.decision.rule == "engine":
+            self.engine = self.engine.model_copy(update={"block_size": derived["block_size"]})
+            self._derived["engine.block_size"] = derived["block_size"]
+        check_durations(self)
+        return self
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        """The values filled in from the windows and the cadence (``section.key``: value);
+        the config's own values are not listed."""
+        return dict(self._derived)
+
+    def describe_derived(self) -> str:
+        """One line for ``check-config`` and the agent's first log lines."""
+        parts = []
+        for key, value in self.derived.items():
+            text = (format_duration(value) if isinstance(value, timedelta)
+                    else "null" if value is None else str(value).lower())
+            parts.append(f"{key} {text}")
+        return ", ".join(parts)
+
+    def derived_differ(self) -> bool:
+        """Whether a derived value differs from the hourly default (a cadence or windows
+        other than the hourly profile's, worth saying in a one-shot command's log)."""
+        defaults = {"decision": DecisionConfig(), "engine": EngineConfig()}
+        return any(getattr(defaults[key.split(".")[0]], key.split(".")[1]) != value
+                   for key, value in self.derived.items())
+
+    def given_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """``model_dump(mode="json")`` without the derived values, so that a config
+        re-validated with other windows or cadence derives them anew."""
+        data = self.model_dump(mode="json", **kwargs)
+        for key in self.derived:
+            section, name = key.split(".")
+            if isinstance(data.get(section), dict):
+                data[section].pop(name, None)
+        return data
 
     @model_validator(mode="after")
     def _block_fits(self) -> MonitorConfig:
@@ -402,8 +457,11 @@ class MonitorConfig(_Section):
             "engine": self.engine.model_dump(mode="json"),
         }
         if self.decision.rule == "calibrated":
-            settings["decision"] = self.decision.model_dump(
-                mode="json", exclude={"resolve_after"})
+            # a key added later enters the fingerprint only at a value other than the one
+            # that reproduces the earlier behaviour, so that existing results keep theirs
+            exclude = {"resolve_after"} | ({"daily_profile"} if self.decision.daily_profile
+                                           else set())
+            settings["decision"] = self.decision.model_dump(mode="json", exclude=exclude)
         elif self.decision.source_history:  # without it, engine-rule fingerprints as before
             settings["decision"] = self.decision.model_dump(
                 mode="json", include={"source_history", "history"})
@@ -423,7 +481,7 @@ class MonitorConfig(_Section):
         the top level's). A site without overrides inspects exactly as ``site: <id>`` with
         the same sections would: same settings, same fingerprints. Raises pydantic's
         ValidationError when the merged sections are invalid (checked at load time)."""
-        data = self.model_dump(mode="json", exclude={"source", "sinks", "sites"})
+        data = self.given_dump(exclude={"source", "sinks", "sites"})
         data["site"] = site.id
         for name in SITE_SECTIONS:
             override = getattr(site, name)
@@ -443,6 +501,108 @@ class MonitorConfig(_Section):
         if self.sites is None:
             return [self]
         return [self.for_site(site) for site in self.sites]
+
+
+# ------------------------------------------------------------------------------------------
+# derived durations (docs/config.md "Derived durations")
+# ------------------------------------------------------------------------------------------
+#: decision keys whose default is derived from the windows and the cadence
+DERIVED_DECISION_KEYS = ("history", "min_history", "false_incident_interval", "local_level",
+                         "engine_rows", "resolve_after", "daily_profile")
+#: the cadence the hourly defaults were chosen at (bench.leak_delay): faster inspections
+#: scale the history, min_history and false-incident interval by interval / this
+REFERENCE_INTERVAL = timedelta(hours=1)
+#: history values the calibration needs at least (engine.live.calibration: 5 x the tail's
+#: MIN_EXCEEDANCES)
+MIN_CALIBRATION = 25
+#: past inspection times a calibration history may hold at most (a 28-day history at a
+#: 5-second cadence would be 484,000 fits)
+MAX_HISTORY_TIMES = 20_000
+
+
+def _floor_to(value: timedelta, step: timedelta) -> timedelta:
+    """``value`` rounded down to a whole number of ``step`` (at least one step)."""
+    return max(step, step * int(value / step))
+
+
+def derived_durations(config: MonitorConfig) -> dict[str, Any]:
+    """What the durations default to for ``config``'s windows and cadence (the rules of
+    docs/config.md "Derived durations"). At the hourly defaults (before 7d, every 1h)
+    every value is the one the project used before they were derived: history 28d,
+    min_history 4d, false_incident_interval 30d, local_level, engine_rows and
+    resolve_after 24h, block_size (engine rule) 1d, daily profile on."""
+    from monitor.compose import inspection_interval
+
+    w = config.windows
+    daily = w.before >= timedelta(days=2)  # two of each hour of day: a profile to learn
+    # "the last day" of the before window: a day for daily-cycle data, else a seventh of
+    # the window (a day of the 7-day default), leaving room for the after window
+    spare = w.before - w.after - w.resample
+    day = timedelta(days=1) if daily else _floor_to(w.before / 7, w.resample)
+    day = min(day, _floor_to(spare, w.resample)) if spare > timedelta(0) else day
+    shortest = min(w.before, w.after)
+    block = (timedelta(days=1) if shortest >= timedelta(days=4)
+             else _floor_to(shortest / 7, w.resample))
+    out: dict[str, Any] = {"local_level": day, "engine_rows": day, "resolve_after": day,
+                           "block_size": block, "daily_profile": daily}
+    interval = inspection_interval(config)
+    if config.decision.rule == "calibrated" and daily:
+        # daily-cycle data: weeks of history and a month between false incidents, as
+        # chosen on the hourly benches, whatever the cadence (at most MAX_HISTORY_TIMES)
+        history = min(timedelta(days=28), interval * MAX_HISTORY_TIMES)
+        out.update(history=history, min_history=min(timedelta(days=4), history),
+                   false_incident_interval=timedelta(days=30))
+    elif config.decision.rule == "calibrated":
+        # no daily cycle (a testbed logged each second): the numbers of inspections
+        # hourly data has (672 in the history, a false incident per 720) at this cadence;
+        # the first alert after MIN_CALIBRATION values, the fewest the calibration's tail
+        # fit takes (a short recording must not spend itself calibrating)
+        scale = min(1.0, interval / REFERENCE_INTERVAL)
+        out.update(history=timedelta(days=28) * scale,
+                   min_history=min(timedelta(days=4) * scale, interval * MIN_CALIBRATION),
+                   false_incident_interval=timedelta(days=30) * scale)
+    else:  # the retrospective decision: 28 earlier inspection times of the source
+        out.update(history=28 * interval, min_history=4 * interval,
+                   false_incident_interval=timedelta(days=30))
+    return out
+
+
+def check_durations(config: MonitorConfig) -> None:
+    """Refuse durations that cannot work at ``config``'s windows and cadence (rather than
+    clamping them in silence); each message names the fix."""
+    from monitor.compose import inspection_interval
+
+    w, d = config.windows, config.decision
+    if d.history < d.min_history:
+        raise ValueError("decision.history must be at least decision.min_history")
+    spare = w.before - w.after - w.resample
+    for name in ("local_level", "engine_rows"):
+        value = getattr(d, name)
+        if value > w.before - w.after - w.resample and spare > timedelta(0):
+            raise ValueError(
+                f"decision.{name} ({format_duration(value)}) must leave room for the after "
+                f"window inside windows.before ({format_duration(w.before)} - "
+                f"{format_duration(w.after)}); use at most {format_duration(spare)}, or leave "
+                "it out to derive it (windows.before / 7)")
+    if d.rule == "calibrated":
+        interval = inspection_interval(config)
+        times = d.history / interval
+        if times > MAX_HISTORY_TIMES:
+            raise ValueError(
+                f"decision.history ({format_duration(d.history)}) at one inspection every "
+                f"{format_duration(interval)} is {int(times):,} past inspection times, more "
+                f"than {MAX_HISTORY_TIMES:,}; shorten decision.history to at most "
+                f"{format_duration(interval * MAX_HISTORY_TIMES)}, or leave it (and "
+                "min_history, false_incident_interval) out to derive them from the cadence")
+    block = config.engine.block_size
+    if d.rule == "engine" and block is not None:
+        shortest = min(w.before, w.after)
+        if shortest / block < 4:
+            raise ValueError(
+                f"engine.block_size ({format_duration(block)}) leaves fewer than 4 blocks "
+                f"in a {format_duration(shortest)} window (the block test needs 4); use at "
+                f"most {format_duration(_floor_to(shortest / 4, w.resample))}, null, or "
+                "leave it out to derive it (the shorter window / 7)")
 
 
 # ------------------------------------------------------------------------------------------

@@ -91,6 +91,24 @@ class WindowHole(WindowIncomplete):
             "the hole run as usual")
 
 
+class WindowBeforeData(WindowIncomplete):
+    """The before window holds readings only from ``first`` on, too late for its coverage:
+    the data begins inside it (the first minutes of a file), or a hole covers its start.
+    Not an error of the data: the inspection is ``incomplete``, and times from
+    ``first + before`` on have a full before window."""
+
+    def __init__(self, covered: float, first: pd.Timestamp, complete_from: pd.Timestamp
+                 ) -> None:
+        self.covered = covered
+        self.data_end = None
+        self.end = complete_from
+        WindowError.__init__(
+            self, f"the before window holds readings only from {first.isoformat()} on "
+            f"({covered:.0%} of its bins): the data begins inside it, or a hole covers its "
+            f"start; this time is incomplete, and inspections from "
+            f"{complete_from.isoformat()} on have a full before window")
+
+
 #: bins past an inspection's after window its reader also reads, so that the window's
 #: empty last bins can be told from the data's end (a hole at a fine cadence)
 LOOKAHEAD_BINS = 4
@@ -297,17 +315,33 @@ def _continues_past(readings: pd.DataFrame, end: pd.Timestamp, spec: WindowSpec)
     return bool(((times >= end) & (times < ahead)).any())
 
 
-def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec) -> None:
+def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec,
+                     continues: bool = False) -> None:
     """Too few sensors kept because the DATA has a hole (from a window's first reading on,
     no sensor has a reading in more than ``1 - min_coverage`` of its bins), not because
     sensors are missing: :class:`WindowHole`, an incomplete inspection naming the hole.
-    Empty bins before a window's first reading are not a hole: there the data may not
-    have begun yet (too little data, an error as before)."""
+    A before window whose readings begin too late for its coverage (the data begins
+    inside it) is :class:`WindowBeforeData`, incomplete too."""
+    seen_before = before.notna().any(axis=1).to_numpy()
+    if after.notna().any().any() and not before.empty:
+        first = int(np.argmax(seen_before)) if seen_before.any() else len(seen_before)
+        if 1 - first / len(seen_before) < spec.min_coverage:
+            start = (before.index[first] if first < len(seen_before)
+                     else after.notna().any(axis=1).idxmax())
+            raise WindowBeforeData(1 - first / len(seen_before), pd.Timestamp(start),
+                                   pd.Timestamp(start) + pd.Timedelta(spec.before))
+    if continues and not after.empty and not after.notna().any().any() \
+            and seen_before.any():
+        # nothing in the after window, readings before and past it: a hole of its length
+        raise WindowHole("after", 0.0, after.index[0], after.index[-1] + spec.resample)
     for name, frame in (("before", before), ("after", after)):
         seen = frame.notna().any(axis=1).to_numpy()
         if not seen.any():
             continue
-        since = seen[int(np.argmax(seen)):]  # from the window's first reading on
+        # from the window's first reading on; the after window's leading bins too once
+        # the before window has readings (the data had begun: a hole, not its start)
+        begun = name == "after" and bool(seen_before.any())
+        since = seen if begun else seen[int(np.argmax(seen)):]
         if since.mean() < spec.min_coverage:
             empty = frame.index[len(seen) - len(since):][~since]
             raise WindowHole(name, float(seen.mean()), empty[0], empty[-1] + spec.resample)
@@ -374,7 +408,8 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     }
     if len(kept) < spec.min_sensors:
         if sensors:
-            _raise_on_a_hole(seen_before, seen_after, spec)
+            _raise_on_a_hole(seen_before, seen_after, spec,
+                             continues=_continues_past(readings, end, spec))
         if not sensors:
             why = (f"no readings between {start.isoformat()} and {end.isoformat()}; "
                    "check the inspection time against the data's time range")

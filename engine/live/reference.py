@@ -50,6 +50,7 @@ from engine.live.residual_shift import (
     CommonMode,
     DetectionError,
     DetectorSettings,
+    Period,
     _slots,
     profile_table,
 )
@@ -99,10 +100,12 @@ def _window_stats(r: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class Reference:
     """What the detector learned on one before window, frozen. Arrays are per sensor
-    (D,) unless noted; ``table`` is the profile, (48, D) weekly or (24, D)."""
+    (D,) unless noted; ``table`` is the profile, (48, D) weekly, (24, D) daily or (1, D)
+    without a profile; ``weekly`` is its period (a bool in references saved before
+    periods: True "week", False "day")."""
 
     columns: list[str]
-    weekly: bool
+    weekly: Period | bool
     table: np.ndarray
     scale: np.ndarray
     common: CommonMode
@@ -119,8 +122,8 @@ class Reference:
         if n_b < 2 * n_a + 2:
             raise DetectionError(f"a reference needs more than {2 * n_a + 1} rows of normal "
                                  f"data, got {n_b}; lengthen windows.before")
-        table = profile_table(before, settings.weekly_profile)
-        slots = _slots(before.index, settings.weekly_profile)
+        table = profile_table(before, settings.period)
+        slots = _slots(before.index, settings.period)
         rb = before.to_numpy(dtype=float) - table[slots]
         # Cross-fitted: each row's residual as if its slot's mean had been learned without
         # it (x - mean_{-i} = n / (n - 1) (x - mean)), so that the frozen spreads describe
@@ -140,7 +143,7 @@ class Reference:
         null = means[local:local + k] - local_means[:k]
         spread = np.sqrt(np.mean(null ** 2, axis=0))
         log_var = np.log(np.maximum(variances, 1e-12))
-        return cls(columns=[str(c) for c in before.columns], weekly=settings.weekly_profile,
+        return cls(columns=[str(c) for c in before.columns], weekly=settings.period,
                    table=table, scale=scale, common=common, level=level,
                    spread=np.where(spread > 1e-12, spread, np.inf),
                    log_energy=log_var.mean(axis=0),
@@ -188,7 +191,9 @@ class Reference:
         d = len(data["columns"])
         directions = np.asarray(data["directions"], dtype=float).reshape(d, -1)
         spread = np.array([np.inf if v is None else v for v in data["spread"]], dtype=float)
-        return cls(columns=list(data["columns"]), weekly=bool(data["weekly"]),
+        weekly = data["weekly"]
+        return cls(columns=list(data["columns"]),
+                   weekly=weekly if isinstance(weekly, str) else bool(weekly),
                    table=np.asarray(data["table"], dtype=float),
                    scale=np.asarray(data["scale"], dtype=float),
                    common=CommonMode(np.asarray(data["beta"], dtype=float), directions),

@@ -8,7 +8,8 @@ history (:mod:`engine.live.calibration`):
 
 1. **Profile.** Each sensor's hour-of-day profile is learned from the before window,
    separately for weekdays and weekends (the demand pattern is weekly); the residual is the
-   reading minus the profile value of its slot. Residuals are scaled by their before-window
+   reading minus the profile value of its slot. Data without a daily cycle (windows of
+   minutes, ``daily_profile`` off) take the window mean instead. Residuals are scaled by their before-window
    standard deviation, so sensors of any unit weigh the same.
 2. **Common mode.** Weather and calendar move demand, and so every pressure, a little for
    days. The cross-sensor median of the residuals is regressed out of each sensor, then the
@@ -26,11 +27,15 @@ Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 STATISTIC = "residual-top-k"
+#: the profile's slots (DetectorSettings.period)
+Period = Literal["week", "day", "none"]
+N_SLOTS: dict[str, int] = {"week": 48, "day": 24, "none": 1}
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,15 @@ class DetectorSettings:
     common_modes: int = 1
     weekly_profile: bool = True
     top_k: int = 1
+    daily_profile: bool = True  # False: no hour-of-day profile (data without a daily cycle)
+
+    @property
+    def period(self) -> Period:
+        """The profile's slots: "week" (hour of day, weekdays and weekends apart), "day"
+        (hour of day) or "none" (one slot: the window mean)."""
+        if not self.daily_profile:
+            return "none"
+        return "week" if self.weekly_profile else "day"
 
 
 @dataclass(frozen=True)
@@ -58,10 +72,21 @@ class DetectionError(ValueError):
     """The windows cannot give the statistic; the message names what is missing."""
 
 
-def _slots(index: pd.DatetimeIndex, weekly: bool) -> np.ndarray:
-    """Profile slot per row: hour of day, plus 24 on weekends when ``weekly``."""
+def as_period(period: Period | bool) -> Period:
+    """A period from the older ``weekly`` flag (True: "week", False: "day") or itself."""
+    if isinstance(period, bool):
+        return "week" if period else "day"
+    return period
+
+
+def _slots(index: pd.DatetimeIndex, period: Period | bool) -> np.ndarray:
+    """Profile slot per row: hour of day, plus 24 on weekends for "week" (or True); 0 for
+    "none"."""
+    period = as_period(period)
+    if period == "none":
+        return np.zeros(len(index), dtype=np.int64)
     hour = np.asarray(index.hour)
-    if not weekly:
+    if period == "day":
         return hour
     return hour + 24 * (np.asarray(index.day_of_week) >= 5)
 
@@ -79,19 +104,25 @@ def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.nda
         return np.where(counts > 0, sums / counts, fallback)
 
 
-def profile_table(before: pd.DataFrame, weekly: bool = True) -> np.ndarray:
-    """Each sensor's mean per profile slot in ``before``, (48, D) when ``weekly`` else
-    (24, D). A slot with no rows (a weekend slot when the window holds no weekend) falls
-    back to the hour-of-day profile, and an hour with no rows to the window mean."""
+def profile_table(before: pd.DataFrame, weekly: Period | bool = True) -> np.ndarray:
+    """Each sensor's mean per profile slot in ``before``: (48, D) for "week" (or True),
+    (24, D) for "day" (or False), (1, D) for "none". A slot with no rows (a weekend slot
+    when the window holds no weekend) falls back to the hour-of-day profile, and an hour
+    with no rows to the window mean."""
+    period = as_period(weekly)
     xb = before.to_numpy(dtype=float)
-    table = _slot_means(xb, _slots(before.index, False), 24, np.nanmean(xb, axis=0))
-    if weekly:
-        table = _slot_means(xb, _slots(before.index, True), 48, np.concatenate([table, table]))
+    mean = np.nanmean(xb, axis=0)
+    if period == "none":
+        return mean[None, :]
+    table = _slot_means(xb, _slots(before.index, "day"), 24, mean)
+    if period == "week":
+        table = _slot_means(xb, _slots(before.index, "week"), 48,
+                            np.concatenate([table, table]))
     return table
 
 
-def profile_residuals(before: pd.DataFrame, after: pd.DataFrame, weekly: bool = True
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def profile_residuals(before: pd.DataFrame, after: pd.DataFrame,
+                      weekly: Period | bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Readings minus the before window's profile of their slot, (n_b, D) and (n_a, D)."""
     table = profile_table(before, weekly)
     xb, xa = before.to_numpy(dtype=float), after.to_numpy(dtype=float)
@@ -184,7 +215,7 @@ def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
         raise DetectionError(
             f"the before window ({n_b} rows) must hold more than twice the after window "
             f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
-    rb, ra = profile_residuals(before, after, settings.weekly_profile)
+    rb, ra = profile_residuals(before, after, settings.period)
     scale = rb.std(axis=0)
     scale = np.where(scale > 1e-12, scale, 1.0)
     rb, ra = remove_common_mode(rb / scale, ra / scale, settings.common_modes)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
@@ -50,6 +50,15 @@ class Prepared:
     windows: Windows
     detection: Detection
     engine_fit: Selection | Exception | None = None
+
+
+def _history_span(values: int, cal: Any) -> str:
+    """``values`` history values as time: "2.0 days" at an hourly cadence (as before),
+    "60s" at 5 s."""
+    span = values * cal.inspection_interval
+    if span >= timedelta(days=1) or cal.inspection_interval >= timedelta(hours=1):
+        return f"{span / timedelta(days=1):.1f} days"
+    return "0s" if not span else format_duration(span)
 
 
 def engine_part_selector(engine: EngineSettings) -> Selector:
@@ -139,10 +148,9 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
                           weight=d.engine_weight, history_n=int(engine_hist.size))
     block.engine = part
     if level_hist.size < cal.min_count:
-        have = level_hist.size * cal.inspection_interval / timedelta(days=1)
-        need = cal.min_count * cal.inspection_interval / timedelta(days=1)
         result.status = "calibrating"
-        result.calibration = (f"calibrating: {have:.1f} of {need:.1f} days of history; "
+        result.calibration = (f"calibrating: {_history_span(level_hist.size, cal)} of "
+                              f"{_history_span(cal.min_count, cal)} of history; "
                               "no alert until then (backfill the source's history, "
                               "or wait)")
         fill_sensor_rows(result, w, labels, evidence, set(), z, expected)
@@ -150,6 +158,10 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         return
     level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
     p_level = level_fit.pvalue(det.value)
+    # how far a short history reaches: its own values give p >= 1 / (n + 1); below that
+    # only the fitted tail speaks (none: the history cannot give a smaller p-value)
+    block.extra["p_floor"] = _f(1.0 / (level_hist.size + 1), 10)
+    block.extra["tail_fitted"] = bool(level_fit.scale > 0)
     p_engine = None
     if part is not None and power is not None and engine_hist.size >= cal.min_count:
         engine_fit = TailFit.of(engine_hist)

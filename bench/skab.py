@@ -1,0 +1,173 @@
+"""SKAB, real one-second pump-testbed recordings, as a new user runs them: each file as
+published (semicolons, local time, the label columns dropped), ``mmdwatch backfill`` with
+four options and nothing else, scored the way SKAB's leaderboard scores change-point
+detectors.
+
+    python -m bench.skab [--data ../shared/data/skab-dev] [--options ...] [--workers 2]
+
+Each file goes through ``mmdwatch backfill --data FILE --start <first row> --end <last row>
+--resample 2s --before 5min --after 30s --every 5s`` (``--options`` replaces the four).
+The label columns (``anomaly``, ``changepoint``) are dropped into a temporary copy first:
+a user's data carries no labels, and the data stays where it is (GPL-3.0, never copied
+into the repository).
+
+Scoring (SKAB's README: from each file's 400th row on): a **detection** is a result that
+turns ``firing`` (a firing result after a non-firing one), at the time the result exists
+(inspection time + after window). A change point is **missed** with no detection within
+60 s after it; a **false positive** is a detection outside every change point's 60 s.
+``delay_s``: change point to its first detection. The table sets the published rows of the
+leaderboard beside ours (README of skab-dev). Writes ``bench/results/skab.{csv,md}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+
+from bench._common import machine_load
+
+log = logging.getLogger("bench.skab")
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+OPTIONS = ["--resample", "2s", "--before", "5min", "--after", "30s", "--every", "5s"]
+SCORED_FROM_ROW = 400
+WINDOW = pd.Timedelta(seconds=60)
+#: the published leaderboard rows (skab-dev README): detector -> (missed, false positives)
+PUBLISHED = {"MSCRED": (55, 342), "T-squared": (70, 106), "Isolation forest": (76, 135),
+             "Conv-AE": (82, 23)}
+
+
+def _default_data() -> Path:
+    beside = ROOT.parent / "shared" / "data" / "skab-dev"
+    return beside if beside.exists() else Path("/work/shared/data/skab-dev")
+
+
+def strip_labels(source: Path, folder: Path) -> tuple[Path, pd.DataFrame]:
+    """The file without its label columns (as a user's data), and its change points."""
+    frame = pd.read_csv(source, sep=";")
+    if "changepoint" not in frame.columns:
+        raise ValueError(f"{source.name} has no changepoint column: not a scored SKAB file")
+    truth = frame[["datetime", "changepoint"]].copy()
+    out = folder / source.name.replace(".csv.gz", ".csv")
+    frame.drop(columns=["anomaly", "changepoint"]).to_csv(out, sep=";", index=False)
+    return out, truth
+
+
+def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path
+             ) -> dict[str, object]:
+    """One backfill over the whole file, scored."""
+    first, last = str(truth["datetime"].iloc[0]), str(truth["datetime"].iloc[-1])
+    cmd = [sys.executable, "-m", "monitor.cli", "backfill", "--data", str(path),
+           "--start", first, "--end", last, *options, "--out", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"backfill of {path.name} failed: {proc.stderr[-2000:]}")
+    results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return {"file": path.stem, "wall_s": round(wall, 1), **score(results, truth)}
+
+
+def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
+    """Missed change points, false positives and delays, the leaderboard's way."""
+    times = pd.to_datetime(truth["datetime"])
+    start = times.iloc[SCORED_FROM_ROW]
+    points = [t for t in times[truth["changepoint"] == 1] if t >= start]
+    detections = []
+    was_firing = False
+    for r in results:
+        firing = r["status"] == "firing"
+        if firing and not was_firing:
+            at = pd.Timestamp(r["windows"]["after"]["end"]).tz_localize(None)
+            if at >= start:
+                detections.append(at)
+        if r["status"] in ("firing", "ok"):
+            was_firing = firing
+    delays = []
+    for c in points:
+        hits = [d for d in detections if c <= d < c + WINDOW]
+        if hits:
+            delays.append((min(hits) - c).total_seconds())
+    false = [d for d in detections if not any(c <= d < c + WINDOW for c in points)]
+    statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
+    return {"change_points": len(points), "missed": len(points) - len(delays),
+            "false_positives": len(false), "median_delay_s": (
+                float(pd.Series(delays).median()) if delays else None),
+            **{f"n_{k}": int(statuses.get(k, 0)) for k in ("firing", "ok", "calibrating",
+                                                            "incomplete", "error")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=_default_data(), help="folder of SKAB files")
+    ap.add_argument("--options", nargs=argparse.REMAINDER, default=None,
+                    help="backfill options instead of the four (give them last)")
+    ap.add_argument("--workers", type=int, default=2, help="files at once")
+    ap.add_argument("--name", default="skab", help="results under bench/results/NAME.*")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    options = args.options or OPTIONS
+    files = sorted(p for p in args.data.glob("*.csv.gz") if not p.name.startswith("anomaly-free"))
+    if not files:
+        log.error("no SKAB files under %s; pass --data", args.data)
+        return 2
+    load = machine_load()
+    with tempfile.TemporaryDirectory(prefix="skab-") as tmp:
+        folder = Path(tmp)
+        jobs = []
+        for source in files:
+            path, truth = strip_labels(source, folder)
+            jobs.append((path, truth, folder / f"{path.stem}.jsonl"))
+        with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            rows = list(pool.map(lambda job: run_file(job[0], job[1], options, job[2]), jobs))
+    table = pd.DataFrame(rows)
+    for row in rows:
+        log.info("%s: %s of %s missed, %s false positives", row["file"], row["missed"],
+                 row["change_points"], row["false_positives"])
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    table.to_csv(RESULTS / f"{args.name}.csv", index=False)
+    _write_markdown(table, RESULTS / f"{args.name}.md", options, load, args)
+    return 0
+
+
+def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: str,
+                    args: argparse.Namespace) -> None:
+    total = table[["change_points", "missed", "false_positives"]].sum()
+    delays = table["median_delay_s"].dropna()
+    lines = [
+        "# SKAB, as published, with four options (`python -m bench.skab`)", "",
+        f"Machine: {load}. Files: {', '.join(table['file'])} (`{args.data}`). Each file: "
+        f"`mmdwatch backfill --data FILE --start <first row> --end <last row> "
+        f"{' '.join(options)}`, the label columns dropped first. Scored from each file's "
+        f"{SCORED_FROM_ROW}th row: a detection is a result that turns `firing`, at the "
+        "result's time (inspection time + after window); a change point is missed with no "
+        "detection within 60 s after it; a false positive is a detection outside those "
+        "60 s.", "",
+        "| file | change points | missed | false positives | median delay s | firing / ok / "
+        "calibrating / incomplete / error results | wall s |",
+        "|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        delay = "" if pd.isna(r.median_delay_s) else f"{r.median_delay_s:.0f}"
+        lines.append(f"| {r.file} | {r.change_points} | {r.missed} | {r.false_positives} | "
+                     f"{delay} | {r.n_firing} / {r.n_ok} / {r.n_calibrating} / "
+                     f"{r.n_incomplete} / {r.n_error} | {r.wall_s} |")
+    lines += ["", f"Total: {int(total['missed'])} of {int(total['change_points'])} change "
+              f"points missed, {int(total['false_positives'])} false positives"
+              + (f", median delay {delays.median():.0f} s" if len(delays) else "") + ".", "",
+              "The leaderboard's published rows, over all 34 files and 127 change points "
+              "(these files are 4 of them):", "",
+              "| detector | missed | false positives |", "|---|---|---|"]
+    lines += [f"| {name} | {m} | {fp} |" for name, (m, fp) in PUBLISHED.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
