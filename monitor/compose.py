@@ -31,16 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def inspection_interval(config: MonitorConfig) -> timedelta:
-    """Time between two inspections of the schedule (cron: its first two times from now)."""
-    if config.schedule.every is not None:
-        return config.schedule.every
-    from datetime import UTC, datetime
-
-    from monitor.schedule import InspectionPlan
-
-    times = InspectionPlan.from_config(config.schedule).times(datetime(2020, 1, 1, tzinfo=UTC))
-    first = next(times)
-    return next(times) - first
+    """Time between two inspections of the schedule (cron: its first two times)."""
+    return config.schedule.interval()
 
 
 #: A reading more than this many inspection intervals (or one after window, when that is

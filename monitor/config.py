@@ -12,7 +12,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -120,6 +120,18 @@ class ScheduleConfig(_Section):
                 f"unknown time zone {value!r}; use an IANA name such as UTC or Europe/Paris"
             ) from None
         return value
+
+    def interval(self) -> timedelta:
+        """Time between two inspections: ``every``, or a cron's first two times after
+        2020-01-01 (as the UTC wall clock the schedule's cron runs on)."""
+        if self.every is not None:
+            return self.every
+        from apscheduler.triggers.cron import CronTrigger
+
+        trigger = CronTrigger.from_crontab(self.cron or "0 0 * * *", timezone="UTC")
+        first = trigger.get_next_fire_time(None, datetime(2020, 1, 1, tzinfo=UTC))
+        second = trigger.get_next_fire_time(first, first + timedelta(microseconds=1))
+        return second - first
 
     @model_validator(mode="after")
     def _one_trigger(self) -> ScheduleConfig:
@@ -531,8 +543,6 @@ def derived_durations(config: MonitorConfig) -> dict[str, Any]:
     every value is the one the project used before they were derived: history 28d,
     min_history 4d, false_incident_interval 30d, local_level, engine_rows and
     resolve_after 24h, block_size (engine rule) 1d, daily profile on."""
-    from monitor.compose import inspection_interval
-
     w = config.windows
     daily = w.before >= timedelta(days=2)  # two of each hour of day: a profile to learn
     # "the last day" of the before window: a day for daily-cycle data, else a seventh of
@@ -545,7 +555,7 @@ def derived_durations(config: MonitorConfig) -> dict[str, Any]:
              else _floor_to(shortest / 7, w.resample))
     out: dict[str, Any] = {"local_level": day, "engine_rows": day, "resolve_after": day,
                            "block_size": block, "daily_profile": daily}
-    interval = inspection_interval(config)
+    interval = config.schedule.interval()
     if config.decision.rule == "calibrated" and daily:
         # daily-cycle data: weeks of history and a month between false incidents, as
         # chosen on the hourly benches, whatever the cadence (at most MAX_HISTORY_TIMES)
@@ -570,8 +580,6 @@ def derived_durations(config: MonitorConfig) -> dict[str, Any]:
 def check_durations(config: MonitorConfig) -> None:
     """Refuse durations that cannot work at ``config``'s windows and cadence (rather than
     clamping them in silence); each message names the fix."""
-    from monitor.compose import inspection_interval
-
     w, d = config.windows, config.decision
     if d.history < d.min_history:
         raise ValueError("decision.history must be at least decision.min_history")
@@ -585,7 +593,7 @@ def check_durations(config: MonitorConfig) -> None:
                 f"{format_duration(w.after)}); use at most {format_duration(spare)}, or leave "
                 "it out to derive it (windows.before / 7)")
     if d.rule == "calibrated":
-        interval = inspection_interval(config)
+        interval = config.schedule.interval()
         times = d.history / interval
         if times > MAX_HISTORY_TIMES:
             raise ValueError(

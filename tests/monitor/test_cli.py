@@ -105,13 +105,27 @@ def test_bad_input_exits_2(tmp_path):
     assert no_source.returncode == 2
 
 
-def test_an_inspection_with_too_little_data_is_status_error(tmp_path):
+def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(tmp_path):
+    """Too little data because the data has not begun yet is no error of the data: the
+    result is incomplete and says from when the before window is full (issue 29)."""
     frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
     path = tmp_path / "short.csv"
     write_csv(frame, path)
     out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-06T00:00:00")
     assert out.returncode == 0
     result = json.loads(out.stdout)
-    assert result["status"] == "error"
-    assert "only 0 of 4 sensors" in result["error"]
-    assert result["summary"].startswith("Inspection at 2026-01-06T00:00Z failed")
+    assert result["status"] == "incomplete" and "error" not in result
+    assert "the data begins inside it" in result["incomplete"]
+    assert "inspections from 2026-01-12T00:00:00+00:00 on" in result["incomplete"]
+    assert result["summary"].startswith("Inspection at 2026-01-06T00:00Z: the before window")
+
+
+def test_an_inspection_with_no_data_at_all_is_status_error(tmp_path):
+    frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
+    path = tmp_path / "short.csv"
+    write_csv(frame, path)
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-02-06T00:00:00")
+    assert out.returncode == 0
+    result = json.loads(out.stdout)
+    assert result["status"] == "error" and "no readings between" in result["error"]
+    assert result["summary"].startswith("Inspection at 2026-02-06T00:00Z failed")

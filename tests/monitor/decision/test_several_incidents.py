@@ -210,3 +210,50 @@ def test_the_webhook_keeps_an_alert_per_open_incident() -> None:
     assert [alert["labels"]["incident"] for alert in body] == ["b", "a"]
     assert body[1]["annotations"]["selected_sensors"] == "s04, s05, s06"
     assert all(alert["endsAt"] > alert["startsAt"] for alert in body)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_mqtt_and_influxdb_events_name_each_of_two_open_incidents(two_changes, mosquitto,
+                                                                   influxd) -> None:
+    """The replay's results through the real MQTT and InfluxDB sinks: every incident event
+    reaches the alert topic and the ``mmdwatch_incident`` measurement under its own
+    incident's id, while both are open."""
+    import json
+
+    from connectors.influxdb import InfluxSink
+    from connectors.mqtt import MqttSink
+    from tests.connectors.mqtt_helpers import Subscriber, wait_until
+
+    _, results = two_changes
+    events = [(r["incident"]["id"], r["incident"]["event"]) for r in results
+              if r.get("incident") and r["incident"]["event"]]
+    ids = {i for i, _ in events}
+    assert len(ids) == 2
+    influxd.create_database("mmdwatch")
+    sub = Subscriber(mosquitto, "mmdwatch/sim/alert")
+    mqtt = MqttSink({"type": "mqtt", "prefix": "mmdwatch", "connect_timeout_s": 3,
+                     **mosquitto.client_kwargs()}, site="sim")
+    influx = InfluxSink({"type": "influxdb", "url": influxd.url, "database": "mmdwatch"})
+    try:
+        for result in results:
+            mqtt.send(result)
+            influx.send(result)
+        assert wait_until(lambda: len(sub.on("mmdwatch/sim/alert")) == len(events), 30)
+    finally:
+        mqtt.close()
+        influx.close()
+        sub.close()
+    alerts = [json.loads(p)["incident"] for p, _ in sub.on("mmdwatch/sim/alert")]
+    assert [(a["id"], a["event"]) for a in alerts] == events
+    both = [json.loads(p) for p, _ in sub.on("mmdwatch/sim/alert")
+            if len(json.loads(p).get("open_incidents") or []) == 2]
+    assert both  # the second's opening names both open incidents
+    out = influxd.query("SELECT count(state) FROM mmdwatch_incident GROUP BY incident_id, "
+                        "event", db="mmdwatch")
+    counted = {(s["tags"]["incident_id"], s["tags"]["event"]): s["values"][0][1]
+               for s in out["results"][0]["series"]}
+    expected: dict[tuple[str, str], int] = {}
+    for key in events:
+        expected[key] = expected.get(key, 0) + 1
+    assert counted == expected
