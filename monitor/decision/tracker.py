@@ -182,10 +182,11 @@ class SiteTracker:
                 return "opened", new
             current = self._owner(fired)
             if current is None:
-                extra = self._freeze(result, t, fired, read_window)
+                onset = self._freeze(result, t, fired, read_window, reference=False)
                 newest = self.open_incidents[-1]
-                if is_new_change(newest, fired, extra.get("onset_low"),
+                if is_new_change(newest, fired, onset.get("onset_low"),
                                  self.inspector.spec.after):
+                    extra = self._freeze(result, t, fired, read_window)
                     current = opened(result, **extra)
                     self.open_incidents.append(current)
                     log.info("incident %s: a new change on %s (onset %s) while %s is open",
@@ -267,9 +268,10 @@ class SiteTracker:
             self.accepted |= set(incident.sensors) | set(incident.fired)
 
     def _freeze(self, result: dict[str, Any], t: datetime, fired: list[str],
-                read_window: ReadWindow | None) -> dict[str, Any]:
+                read_window: ReadWindow | None, reference: bool = True) -> dict[str, Any]:
         """The onset estimate and the frozen reference of a new incident (empty when the
-        windows cannot give them: the incident then resolves by the quiet rule)."""
+        windows cannot give them: the incident then resolves by the quiet rule).
+        ``reference=False``: the onset alone (is a firing a new change?)."""
         if read_window is None:
             return {}
         from engine.live.onset import estimate_onset
@@ -295,6 +297,8 @@ class SiteTracker:
             "onset": iso(times[onset.index].to_pydatetime()),
             "onset_low": iso(times[onset.low].to_pydatetime()),
             "onset_high": iso(times[onset.high].to_pydatetime())}
+        if not reference:
+            return extra
         normal = raw[raw.index < times[onset.low]].iloc[-len(w.before_raw):]
         try:
             ref = Reference.fit(normal, len(w.after_raw), inspector.decision.detector)
