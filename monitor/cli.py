@@ -193,6 +193,16 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
         # a cadence other than hourly: say what the durations became
         log.warning("%s: derived from the windows and the cadence: %s", merged.site,
                     merged.describe_derived())
+    from datetime import timedelta
+
+    from connectors.timeutil import format_duration
+
+    if (merged.decision.rule == "engine" and merged.decision.source_history
+            and merged.windows.before + merged.windows.after < timedelta(days=2)):
+        log.warning("%s: the retrospective decision's calibration reads the source's "
+                    "earlier days, a day apart (decision.history %s); data of less than "
+                    "days has none, and the block p-value decides alone", merged.site,
+                    format_duration(merged.decision.history))
     if config is not None:  # the connectors as loaded, secrets intact
         merged = merged.model_copy(update={"source": config.source, "sinks": config.sinks})
     if entry is not None:  # which readings are the site's (compose.build_windows)

@@ -571,8 +571,9 @@ def derived_durations(config: MonitorConfig) -> dict[str, Any]:
         out.update(history=timedelta(days=28) * scale,
                    min_history=min(timedelta(days=4) * scale, interval * MIN_CALIBRATION),
                    false_incident_interval=timedelta(days=30) * scale)
-    else:  # the retrospective decision: 28 earlier inspection times of the source
-        out.update(history=28 * interval, min_history=4 * interval,
+    else:  # the retrospective decision reads the source's earlier days, a day apart
+        # (monitor.decision.source_history.HISTORY_STEP): its history is in days
+        out.update(history=timedelta(days=28), min_history=timedelta(days=4),
                    false_incident_interval=timedelta(days=30))
     return out
 

@@ -71,9 +71,15 @@ def test_live_defaults_open_one_incident_after_the_leak(tmp_path, mosquitto_pers
               if (r.get("incident") or {}).get("event")]
     opened = [(t, inc) for t, inc in events if inc["event"] == "opened"]
     assert not [t for t, _ in opened if t + after <= onset], "an incident before the onset"
-    assert len(opened) == 1, [(str(t), inc["event"]) for t, inc in events]
-    t_open, incident = opened[0]
+    assert opened, [(str(t), inc["event"]) for t, inc in events]
+    t_open, incident = opened[0]  # the leak's
     assert t_open + after - onset <= pd.Timedelta(hours=24)
+    # one change, one incident (docs/decision.md, "Several incidents at once"): a later
+    # incident is another change, on sensors the leak's does not name, with a later onset
+    # (on d2, n95 shifts for a day during the leak and returns)
+    for _, other in opened[1:]:
+        assert other["sensors"][0] not in incident["sensors"], other
+        assert pd.Timestamp(other["onset"]) > pd.Timestamp(incident["onset_high"]) + after
     firing = [r for r in results if r["status"] == "firing"]
     top_effect = set(truth["sensors_by_leak_effect"][:3])
     assert any({s["sensor_id"] for s in r["sensors"][:3]} & top_effect for r in firing)
@@ -81,8 +87,10 @@ def test_live_defaults_open_one_incident_after_the_leak(tmp_path, mosquitto_pers
     # sensors never return to the frozen reference and nobody accepts it: the incident
     # stays open to the end of the data, however long the inspections stay quiet
     resolved = [inc for _, inc in events if inc["event"] == "resolved"]
-    assert resolved == [] and results[-1]["incident"]["state"] == "open"
-    assert results[-1]["incident"]["id"] == incident["id"]
+    assert incident["id"] not in {inc["id"] for inc in resolved}
+    last = results[-1]
+    still_open = {i["id"] for i in last.get("open_incidents") or [last["incident"]]}
+    assert incident["id"] in still_open and last["incident"]["state"] == "open"
     # MQTT: one alert message per incident event, none for the other inspections
     alerts = [json.loads(p) for p, _ in sub.on(f"mmdwatch/{SITE}/alert")]
     assert [a["incident"]["event"] for a in alerts] == [inc["event"] for _, inc in events]

@@ -41,6 +41,10 @@ def test_hourly_defaults_are_the_values_chosen_on_the_benches():
     retro = _config(profile="retrospective")
     assert retro.engine.block_size == timedelta(days=1)
     assert retro.decision.history == timedelta(days=28)
+    fast = _config(profile="retrospective", schedule={"every": "30s"},
+                   windows={"before": "5min", "after": "5min", "resample": "2s"})
+    assert fast.engine.block_size == timedelta(seconds=42)
+    assert fast.decision.history == timedelta(days=28)  # the source's earlier days
 
 
 def test_one_second_data_derives_seconds_and_no_daily_profile():
