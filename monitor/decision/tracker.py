@@ -184,8 +184,7 @@ class SiteTracker:
             if current is None:
                 onset = self._freeze(result, t, fired, read_window, reference=False)
                 newest = self.open_incidents[-1]
-                if is_new_change(newest, fired, onset.get("onset_low"),
-                                 self.inspector.spec.after):
+                if is_new_change(newest, fired, onset.get("onset_low"), self._horizon()):
                     extra = self._freeze(result, t, fired, read_window)
                     current = opened(result, **extra)
                     self.open_incidents.append(current)
@@ -241,6 +240,14 @@ class SiteTracker:
             self._put(target.id, None)
             self._closed(closed, t)
         return closed
+
+    def _horizon(self) -> timedelta:
+        """How long after an incident's onset the sliding statistic still holds its change:
+        an after window plus the local level it is compared with (40 h on the live
+        profile). A change on other sensors that begins within it is taken for a
+        consequence of the first (on d2, n95 shifted for a day 19 h after the leak)."""
+        spec = self.inspector.spec
+        return spec.after + spec.resample * self.inspector.decision.detector.local_level_rows
 
     def _owner(self, fired: list[str]) -> Incident | None:
         """The newest open incident that names one of the ``fired`` sensors."""

@@ -17,7 +17,7 @@ from monitor.decision.tracker import SiteTracker, cached_reader, history_times
 from monitor.demo.simulate import Scenario, simulate
 
 FIRST = datetime(2026, 1, 18, 6, tzinfo=UTC)  # s04 drops 0.9 m (a Sunday)
-SECOND = FIRST + timedelta(hours=40)  # s09 drops 0.9 m, while the first waits to resolve
+SECOND = FIRST + timedelta(hours=48)  # s09 drops 0.9 m, while the first waits to resolve
 REPAIRED = FIRST + timedelta(hours=30)  # s04 back (repaired)
 HOUR = timedelta(hours=1)
 
@@ -40,19 +40,19 @@ def _incident(**kw: Any) -> Incident:
 
 
 def test_a_new_change_needs_other_sensors_and_a_later_onset() -> None:
-    old = _incident()
-    after = timedelta(hours=16)
-    assert is_new_change(old, ["s09"], "2026-01-19T23:00:00+00:00", after)
+    old = _incident()  # onset interval ends 2026-01-18 06:00
+    horizon = timedelta(hours=40)  # after window 16 h + local level 24 h
+    assert is_new_change(old, ["s09"], "2026-01-19T23:00:00+00:00", horizon)
     # the same change, a further sensor: its onset lies where the incident's does
-    assert not is_new_change(old, ["s09"], "2026-01-18T05:00:00+00:00", after)
-    # within an after window of the incident's onset: not told apart from it
-    assert not is_new_change(old, ["s09"], "2026-01-18T21:00:00+00:00", after)
+    assert not is_new_change(old, ["s09"], "2026-01-18T05:00:00+00:00", horizon)
+    # within the horizon of the incident's onset: taken for its consequence
+    assert not is_new_change(old, ["s09"], "2026-01-19T21:00:00+00:00", horizon)
     # a sensor the incident names: its own change
-    assert not is_new_change(old, ["s05", "s09"], "2026-01-20T00:00:00+00:00", after)
-    assert not is_new_change(old, ["s09"], None, after)  # no onset: cannot tell
+    assert not is_new_change(old, ["s05", "s09"], "2026-01-20T00:00:00+00:00", horizon)
+    assert not is_new_change(old, ["s09"], None, horizon)  # no onset: cannot tell
     # an incident without an onset counts from its start
     bare = _incident(onset=None, onset_low=None, onset_high=None)
-    assert is_new_change(bare, ["s09"], "2026-01-19T00:00:00+00:00", after)
+    assert is_new_change(bare, ["s09"], "2026-01-20T00:00:00+00:00", horizon)
 
 
 def test_hold_counts_the_time_back_without_resolving() -> None:
