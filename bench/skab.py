@@ -142,28 +142,28 @@ def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: s
                     args: argparse.Namespace) -> None:
     total = table[["change_points", "missed", "false_positives"]].sum()
     delays = table["median_delay_s"].dropna()
-    lines = [
-        "# SKAB, as published, with four options (`python -m bench.skab`)", "",
-        f"Machine: {load}. Files: {', '.join(table['file'])} (`{args.data}`). Each file: "
-        f"`mmdwatch backfill --data FILE --start <first row> --end <last row> "
-        f"{' '.join(options)}`, the label columns dropped first. Scored from each file's "
-        f"{SCORED_FROM_ROW}th row: a detection is a result that turns `firing`, at the "
-        "result's time (inspection time + after window); a change point is missed with no "
-        "detection within 60 s after it; a false positive is a detection outside those "
-        "60 s.", "",
-        "| file | change points | missed | false positives | median delay s | firing / ok / "
-        "calibrating / incomplete / error results | wall s |",
-        "|---|---|---|---|---|---|---|"]
+    command = (f"`mmdwatch backfill --data FILE --start <first row> --end <last row> "
+               f"{' '.join(options)}`")
+    scoring = (f"Scored from each file's {SCORED_FROM_ROW}th row: a detection is a result "
+               "that turns `firing`, at the result's time (inspection time + after window); "
+               "a change point is missed with no detection within 60 s after it; a false "
+               "positive is a detection outside those 60 s.")
+    lines = ["# SKAB, as published, with four options (`python -m bench.skab`)", "",
+             (f"Machine: {load}. Files: {', '.join(table['file'])} (`{args.data}`). Each "
+              f"file: {command}, the label columns dropped first. {scoring}"), "",
+             ("| file | change points | missed | false positives | median delay s | "
+              "firing / ok / calibrating / incomplete / error results | wall s |"),
+             "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         delay = "" if pd.isna(r.median_delay_s) else f"{r.median_delay_s:.0f}"
         lines.append(f"| {r.file} | {r.change_points} | {r.missed} | {r.false_positives} | "
                      f"{delay} | {r.n_firing} / {r.n_ok} / {r.n_calibrating} / "
                      f"{r.n_incomplete} / {r.n_error} | {r.wall_s} |")
-    lines += ["", f"Total: {int(total['missed'])} of {int(total['change_points'])} change "
-              f"points missed, {int(total['false_positives'])} false positives"
-              + (f", median delay {delays.median():.0f} s" if len(delays) else "") + ".", "",
-              "The leaderboard's published rows, over all 34 files and 127 change points "
-              "(these files are 4 of them):", "",
+    median = f", median delay {delays.median():.0f} s" if len(delays) else ""
+    lines += ["", (f"Total: {int(total['missed'])} of {int(total['change_points'])} change "
+                   f"points missed, {int(total['false_positives'])} false positives{median}."),
+              "", ("The leaderboard's published rows, over all 34 files and 127 change "
+                   "points (these files are 4 of them):"), "",
               "| detector | missed | false positives |", "|---|---|---|"]
     lines += [f"| {name} | {m} | {fp} |" for name, (m, fp) in PUBLISHED.items()]
     path.write_text("\n".join(lines) + "\n")

@@ -4,7 +4,6 @@ reason ``accepted`` and nothing reopens, the history holds only normal inspectio
 the onset lies near the change."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,21 +13,14 @@ import pytest
 
 from monitor.config import validate_config
 from monitor.decision.incidents import IncidentSettings
-from monitor.decision.tracker import SiteTracker, cached_reader, history_times
+from monitor.decision.tracker import SiteTracker, cached_reader
 from monitor.demo.simulate import Scenario, simulate
+from tests.monitor.decision.replay import Ack, replay
 
 pytestmark = pytest.mark.slow
 
 CHANGE = datetime(2026, 1, 18, 6, tzinfo=UTC)  # day 13 of 20, a Sunday
 HOUR = timedelta(hours=1)
-
-
-@dataclass(frozen=True)
-class Ack:
-    id: int
-    incident_id: str
-    by: str
-    via: str = "cli"
 
 
 def _frame(revert_after: timedelta | None = None) -> pd.DataFrame:
@@ -43,28 +35,11 @@ def _frame(revert_after: timedelta | None = None) -> pd.DataFrame:
 
 def _replay(frame: pd.DataFrame, acks: dict[datetime, Ack] | None = None
             ) -> tuple[SiteTracker, list[dict[str, Any]]]:
-    """The agent's path, hourly: inspect with the tracker's history, then observe (the
-    windows, detections and engine-part fits of all times computed first, as a backfill
-    and an agent catching up do: the same results, tests/monitor/test_backfill_agent.py)."""
-    inspector = _inspector()
-    read = cached_reader(frame)
-    first = datetime(2026, 1, 15, tzinfo=UTC)  # 10 days after the data start
-    tracker = SiteTracker(inspector, IncidentSettings())
-    tracker.backfill(history_times(inspector, first), read)
-    last = frame["time"].max().to_pydatetime() - inspector.spec.after
-    times = []
-    t = first
-    while t <= last:
-        times.append(t)
-        t += HOUR
-    prepared = inspector.fit_engine_many(times, read)
-    results = []
-    for t in times:
-        result = inspector.run(t, read, tracker.history_at(t), prepared=prepared.get(t)).result
-        ack = (acks or {}).get(t)
-        tracker.observe(result, read, [ack] if ack else [])
-        results.append(result)
-    return tracker, results
+    """The agent's path, hourly, 10 days after the data start (the windows, detections and
+    engine-part fits of all times computed first, as a backfill and an agent catching up
+    do: the same results, tests/monitor/test_backfill_agent.py)."""
+    tracker = SiteTracker(_inspector(), IncidentSettings())
+    return tracker, replay(tracker, frame, datetime(2026, 1, 15, tzinfo=UTC), acks=acks)
 
 
 def _inspector() -> Any:

@@ -3,7 +3,6 @@ an incident is open opens its own incident with its own onset; the old one resol
 its own sensors; acks, the state database and the webhook see each incident."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,21 +12,13 @@ import pytest
 from connectors.webhook import alertmanager_body
 from monitor.config import validate_config
 from monitor.decision.incidents import Incident, IncidentSettings, hold, is_new_change
-from monitor.decision.tracker import SiteTracker, cached_reader, history_times
+from monitor.decision.tracker import SiteTracker
 from monitor.demo.simulate import Scenario, simulate
+from tests.monitor.decision.replay import Ack, replay
 
 FIRST = datetime(2026, 1, 18, 6, tzinfo=UTC)  # s04 drops 0.9 m (a Sunday)
 SECOND = FIRST + timedelta(hours=48)  # s09 drops 0.9 m, while the first waits to resolve
 REPAIRED = FIRST + timedelta(hours=30)  # s04 back (repaired)
-HOUR = timedelta(hours=1)
-
-
-@dataclass(frozen=True)
-class Ack:
-    id: int
-    incident_id: str
-    by: str
-    via: str = "cli"
 
 
 def _incident(**kw: Any) -> Incident:
@@ -77,27 +68,14 @@ def _frame() -> pd.DataFrame:
 
 def _replay(acks: dict[datetime, Ack] | None = None
             ) -> tuple[SiteTracker, list[dict[str, Any]]]:
-    """The agent's path, hourly, over the two changes (the first pass of all times first,
-    as the agent's tick and a backfill do)."""
+    """The agent's path, hourly, over the two changes."""
     from monitor.compose import build_inspector
 
-    frame = _frame()
     inspector = build_inspector(validate_config({
         "site": "sim", "source": {"type": "file", "path": "x.csv"},
         "decision": {"min_history": "2d"}}))
-    read = cached_reader(frame)
-    first = datetime(2026, 1, 15, tzinfo=UTC)
     tracker = SiteTracker(inspector, IncidentSettings())
-    tracker.backfill(history_times(inspector, first), read)
-    last = frame["time"].max().to_pydatetime() - inspector.spec.after
-    times = [first + k * HOUR for k in range(int((last - first) / HOUR) + 1)]
-    prepared = inspector.fit_engine_many(times, read)
-    results = []
-    for t in times:
-        result = inspector.run(t, read, tracker.history_at(t), prepared=prepared.get(t)).result
-        ack = (acks or {}).get(t)
-        tracker.observe(result, read, [ack] if ack else [])
-        results.append(result)
+    results = replay(tracker, _frame(), datetime(2026, 1, 15, tzinfo=UTC), acks=acks)
     return tracker, results
 
 
@@ -147,7 +125,7 @@ def test_an_ack_resolves_the_incident_it_names(two_changes) -> None:
     both = [r for r in results if len(r.get("open_incidents") or []) == 2]
     at = datetime.fromisoformat(both[2]["inspection_time"])
     tracker, acked = _replay({at: Ack(1, opened[1]["id"], "alice")})
-    t, event, incident = next(x for x in _events(acked) if x[1] == "resolved")
+    t, _, incident = next(x for x in _events(acked) if x[1] == "resolved")
     assert (datetime.fromisoformat(t), incident["id"], incident["reason"]) == (
         at, opened[1]["id"], "accepted")
     assert tracker.applied_acks == [] or tracker.applied_acks == [1]
