@@ -146,6 +146,9 @@ def _setup_logging(level: str) -> None:
 # ------------------------------------------------------------------------------------------
 def _one_shot_config(args: argparse.Namespace) -> Any:
     """A validated MonitorConfig from --config or --data, with command-line overrides."""
+    from datetime import timedelta
+
+    from connectors.timeutil import format_duration
     from monitor.config import load_config, validate_config
 
     config = None
@@ -193,10 +196,6 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
         # a cadence other than hourly: say what the durations became
         log.warning("%s: derived from the windows and the cadence: %s", merged.site,
                     merged.describe_derived())
-    from datetime import timedelta
-
-    from connectors.timeutil import format_duration
-
     if (merged.decision.rule == "engine" and merged.decision.source_history
             and merged.windows.before + merged.windows.after < timedelta(days=2)):
         log.warning("%s: the retrospective decision's calibration reads the source's "

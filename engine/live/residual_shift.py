@@ -9,8 +9,8 @@ history (:mod:`engine.live.calibration`):
 1. **Profile.** Each sensor's hour-of-day profile is learned from the before window,
    separately for weekdays and weekends (the demand pattern is weekly); the residual is the
    reading minus the profile value of its slot. Data without a daily cycle (windows of
-   minutes, ``daily_profile`` off) take the window mean instead. Residuals are scaled by their before-window
-   standard deviation, so sensors of any unit weigh the same.
+   minutes, ``daily_profile`` off) take the window mean instead. Residuals are scaled by
+   their before-window standard deviation, so sensors of any unit weigh the same.
 2. **Common mode.** Weather and calendar move demand, and so every pressure, a little for
    days. The cross-sensor median of the residuals is regressed out of each sensor, then the
    first ``common_modes`` principal directions of what is left (learned on the before window).
@@ -35,7 +35,6 @@ import pandas as pd
 STATISTIC = "residual-top-k"
 #: the profile's slots (DetectorSettings.period)
 Period = Literal["week", "day", "none"]
-N_SLOTS: dict[str, int] = {"week": 48, "day": 24, "none": 1}
 
 
 @dataclass(frozen=True)
