@@ -587,7 +587,7 @@ def check_durations(config: MonitorConfig) -> None:
     spare = w.before - w.after - w.resample
     for name in ("local_level", "engine_rows"):
         value = getattr(d, name)
-        if value > w.before - w.after - w.resample and spare > timedelta(0):
+        if timedelta(0) < spare < value:
             raise ValueError(
                 f"decision.{name} ({format_duration(value)}) must leave room for the after "
                 f"window inside windows.before ({format_duration(w.before)} - "

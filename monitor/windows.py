@@ -59,19 +59,22 @@ class WindowError(Exception):
 class WindowIncomplete(WindowError):
     """The after window reaches past the newest reading: the data covers only ``covered``
     (a share in [0, 1)) of it, up to ``data_end``. Not an error of the data: the
-    inspection can run once the data reaches the window's end."""
+    inspection can run once the data reaches the window's end. ``message``: the
+    subclasses' own words for why the time is incomplete."""
 
     def __init__(self, covered: float, data_end: pd.Timestamp | None,
-                 end: pd.Timestamp) -> None:
+                 end: pd.Timestamp, message: str | None = None) -> None:
         self.covered = covered
         self.data_end = data_end
         self.end = end
-        reached = ("no reading in it yet" if data_end is None
-                   else f"the data reaches {data_end.isoformat()}")
-        super().__init__(
-            f"the after window is covered to {covered:.0%} by the data ({reached}, the "
-            f"window ends {end.isoformat()}); nothing is filled past the data: inspect "
-            "this time again once the data reaches the window's end")
+        if message is None:
+            reached = ("no reading in it yet" if data_end is None
+                       else f"the data reaches {data_end.isoformat()}")
+            message = (f"the after window is covered to {covered:.0%} by the data "
+                       f"({reached}, the window ends {end.isoformat()}); nothing is filled "
+                       "past the data: inspect this time again once the data reaches the "
+                       "window's end")
+        super().__init__(message)
 
 
 class WindowHole(WindowIncomplete):
@@ -81,11 +84,9 @@ class WindowHole(WindowIncomplete):
 
     def __init__(self, window: str, covered: float, start: pd.Timestamp,
                  end: pd.Timestamp) -> None:
-        self.covered = covered
-        self.data_end = None
-        self.end = end
-        WindowError.__init__(
-            self, f"the data has a hole: no sensor has a reading in {1 - covered:.0%} of the "
+        super().__init__(
+            covered, None, end,
+            f"the data has a hole: no sensor has a reading in {1 - covered:.0%} of the "
             f"{window} window's bins ({start.isoformat()} to {end.isoformat()}); nothing is "
             "filled across it, so this time is incomplete; the times whose windows are past "
             "the hole run as usual")
@@ -99,11 +100,9 @@ class WindowBeforeData(WindowIncomplete):
 
     def __init__(self, covered: float, first: pd.Timestamp, complete_from: pd.Timestamp
                  ) -> None:
-        self.covered = covered
-        self.data_end = None
-        self.end = complete_from
-        WindowError.__init__(
-            self, f"the before window holds readings only from {first.isoformat()} on "
+        super().__init__(
+            covered, None, complete_from,
+            f"the before window holds readings only from {first.isoformat()} on "
             f"({covered:.0%} of its bins): the data begins inside it, or a hole covers its "
             f"start; this time is incomplete, and inspections from "
             f"{complete_from.isoformat()} on have a full before window")

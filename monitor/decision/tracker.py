@@ -65,6 +65,9 @@ class SiteTracker:
         self.quarantine_until: datetime | None = None  # no history before this time
         self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
         self.applied_acks: list[int] = []  # the acks the last observed result used up
+        # the site's windows at the result being observed (or why there are none), built
+        # once for its onset scan, a new frozen reference and each open incident's check
+        self._windows_memo: tuple[datetime, Any, Exception | None] | None = None
 
     @property
     def incident(self) -> Incident | None:
@@ -129,7 +132,10 @@ class SiteTracker:
         detection = result.get("detection") or {}
         self._report_history(result, t)
         was_open = bool(self.open_incidents)
-        event, about = self._step(result, t, status, read_window, acks)
+        try:
+            event, about = self._step(result, t, status, read_window, acks)
+        finally:
+            self._windows_memo = None  # the windows belong to this result alone
         value = detection.get("value")
         kept: HistoryValue | None = None
         if (value is not None and status in ("ok", "calibrating") and not was_open
@@ -288,7 +294,7 @@ class SiteTracker:
 
         inspector = self.inspector
         try:
-            w = inspector._windows(t, read_window)
+            w = self._windows_at(t, read_window)
             det = detect(w.before_raw, w.after_raw, inspector.decision.detector)
         except (WindowError, DetectionError) as exc:
             log.warning("incident at %s: no onset or reference (%s)", iso(t), exc)
@@ -331,7 +337,7 @@ class SiteTracker:
         if read_window is None:
             return None, incident
         try:
-            w = self.inspector._windows(t, read_window)
+            w = self._windows_at(t, read_window)
             check = Reference.from_dict(incident.reference).compare(w.after_raw)
         except (WindowError, DetectionError) as exc:
             log.warning("incident %s: no check against its reference at %s (%s)",
@@ -340,6 +346,21 @@ class SiteTracker:
         checked = replace(incident, baseline_check=check.by_sensor(incident.sensors))
         self._put(incident.id, checked)
         return not check.changed(incident.fired or incident.sensors), checked
+
+    def _windows_at(self, t: datetime, read_window: ReadWindow) -> Any:
+        """The site's windows at ``t``, built once per observed result; raises the same
+        :class:`~monitor.windows.WindowError` each time when they cannot be built."""
+        from monitor.windows import WindowError
+
+        if self._windows_memo is None or self._windows_memo[0] != t:
+            try:
+                self._windows_memo = (t, self.inspector._windows(t, read_window), None)
+            except WindowError as exc:
+                self._windows_memo = (t, None, exc)
+        _, windows, error = self._windows_memo
+        if error is not None:
+            raise error
+        return windows
 
     def _trim(self, t: datetime) -> None:
         horizon = t - self.inspector.decision.calibration.history - timedelta(days=1)

@@ -105,15 +105,20 @@ def test_bad_input_exits_2(tmp_path):
     assert no_source.returncode == 2
 
 
-def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(tmp_path):
-    """Too little data because the data has not begun yet is no error of the data: the
-    result is incomplete and says from when the before window is full (issue 29)."""
+def _inspect_three_days(tmp_path, at: str) -> dict:
+    """``mmdwatch inspect`` at ``at`` on 3 days of 4 simulated sensors from 2026-01-05."""
     frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
     path = tmp_path / "short.csv"
     write_csv(frame, path)
-    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-01-06T00:00:00")
+    out = mmdwatch("inspect", "--data", str(path), "--at", at)
     assert out.returncode == 0
-    result = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(tmp_path):
+    """Too little data because the data has not begun yet is no error of the data: the
+    result is incomplete and says from when the before window is full (issue 29)."""
+    result = _inspect_three_days(tmp_path, "2026-01-06T00:00:00")
     assert result["status"] == "incomplete" and "error" not in result
     assert "the data begins inside it" in result["incomplete"]
     assert "inspections from 2026-01-12T00:00:00+00:00 on" in result["incomplete"]
@@ -121,11 +126,6 @@ def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(
 
 
 def test_an_inspection_with_no_data_at_all_is_status_error(tmp_path):
-    frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
-    path = tmp_path / "short.csv"
-    write_csv(frame, path)
-    out = mmdwatch("inspect", "--data", str(path), "--at", "2026-02-06T00:00:00")
-    assert out.returncode == 0
-    result = json.loads(out.stdout)
+    result = _inspect_three_days(tmp_path, "2026-02-06T00:00:00")
     assert result["status"] == "error" and "no readings between" in result["error"]
     assert result["summary"].startswith("Inspection at 2026-02-06T00:00Z failed")
