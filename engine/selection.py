@@ -78,21 +78,35 @@ def first_empty_threshold(scores: np.ndarray, bins: int = 100) -> float:
     return float(below.max())
 
 
+def _gap_rule(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gap rule on score vectors (..., D) of absolute values: (mask (..., D), threshold
+    (...,)). The mask compares the max-normalised scores with the normalised score below
+    the widest gap, the very numbers the gap was measured on. Comparing raw scores with
+    ``top * s`` instead let rounding put the score just below the gap on either side of
+    its own threshold (a selection that flips with the last digit of the data, issue 31)."""
+    top = scores.max(axis=-1, keepdims=True)
+    positive = top > 0
+    normalised = np.clip(scores / np.where(positive, top, 1.0), 0, None)
+    s = np.sort(normalised, axis=-1)
+    if scores.shape[-1] == 1:
+        keep_all = np.ones(s.shape[:-1] + (1,), dtype=bool)
+        cut = s[..., :1]
+    else:
+        gaps = np.diff(s, axis=-1)
+        i = gaps.argmax(axis=-1)[..., None]
+        cut = np.take_along_axis(s, i, axis=-1)
+        # every score far from zero and no clear break: keep them all
+        keep_all = s[..., :1] > np.take_along_axis(gaps, i, axis=-1)
+    mask = np.where(keep_all, normalised > 0, normalised > cut) & positive
+    thr = np.where(keep_all, np.nextafter(top * s[..., :1], -np.inf), top * cut)
+    thr = np.where(positive, thr, np.inf)
+    return mask, thr[..., 0]
+
+
 def gap_threshold(scores: np.ndarray) -> float:
     """Largest-gap rule on max-normalised scores, counting the gap from the lowest score
     down to 0 only when it is the largest (then all positive scores are selected)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    top = scores.max()
-    if top <= 0:
-        return float("inf")
-    s = np.sort(np.clip(scores / top, 0, None))
-    gaps = np.diff(s)
-    if gaps.size == 0:
-        return float(np.nextafter(top * s[0], -np.inf))
-    i = int(np.argmax(gaps))
-    if s[0] > gaps[i]:  # every score far from zero and no clear break: keep them all
-        return float(np.nextafter(top * s[0], -np.inf))
-    return float(top * s[i])
+    return float(_gap_rule(np.abs(np.asarray(scores, dtype=np.float64)))[1])
 
 
 def select(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 100) -> tuple[np.ndarray, float]:
@@ -101,14 +115,14 @@ def select(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 100) -
     scores = np.abs(np.asarray(scores, dtype=np.float64))
     if scores.size == 0 or scores.max() <= 0:
         return np.zeros(0, dtype=np.int64), float("inf")
-    if rule == "histogram":
-        thr = histogram_threshold(scores, bins)
-    elif rule == "first_empty":
-        thr = first_empty_threshold(scores, bins)
+    if rule == "gap":
+        mask, gap_thr = _gap_rule(scores)
+        thr, chosen = max(float(gap_thr), 0.0), np.flatnonzero(mask)
     else:
-        thr = gap_threshold(scores)
-    thr = max(thr, 0.0)
-    chosen = np.flatnonzero(scores > thr)
+        thr = histogram_threshold(scores, bins) if rule == "histogram" else (
+            first_empty_threshold(scores, bins))
+        thr = max(thr, 0.0)
+        chosen = np.flatnonzero(scores > thr)
     chosen = chosen[np.argsort(-scores[chosen], kind="stable")]
     return chosen, thr
 
@@ -117,7 +131,7 @@ def select_masks(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 
                  ) -> np.ndarray:
     """:func:`select` of many score vectors at once: scores (..., D) -> bool (..., D), True
     where selected. The gap rule is computed for all vectors together (the same arithmetic
-    as :func:`gap_threshold`, so the same picks); the others one vector at a time."""
+    as :func:`select`, so the same picks); the others one vector at a time."""
     scores = np.abs(np.asarray(scores, dtype=np.float64))
     out = np.zeros(scores.shape, dtype=bool)
     if scores.size == 0:
@@ -128,15 +142,4 @@ def select_masks(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 
         for row in range(flat.shape[0]):
             mask[row, select(flat[row], rule, bins)[0]] = True
         return out
-    top = scores.max(axis=-1, keepdims=True)
-    positive = top > 0
-    s = np.sort(np.clip(scores / np.where(positive, top, 1.0), 0, None), axis=-1)
-    keep_all = np.nextafter(top * s[..., :1], -np.inf)
-    if scores.shape[-1] == 1:
-        thr = keep_all
-    else:
-        gaps = np.diff(s, axis=-1)
-        i = gaps.argmax(axis=-1)[..., None]
-        widest = np.take_along_axis(gaps, i, axis=-1)
-        thr = np.where(s[..., :1] > widest, keep_all, top * np.take_along_axis(s, i, axis=-1))
-    return (scores > np.maximum(thr, 0.0)) & positive
+    return _gap_rule(scores)[0]

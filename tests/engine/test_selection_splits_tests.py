@@ -16,7 +16,7 @@ from engine.permutation import (
     sliced_wasserstein_stats,
 )
 from engine.problems import ProblemSet
-from engine.selection import select
+from engine.selection import select, select_masks
 from engine.splits import block_ids, make_splits, permutation_labels, relabel_blocks
 
 
@@ -41,6 +41,26 @@ def test_rules_pick_clear_pair_and_handle_zero(rule):
 
 def test_gap_rule_keeps_all_when_no_break():
     assert len(select(np.array([1.0, 0.95, 0.9]), "gap")[0]) == 3
+
+
+def test_gap_rule_never_selects_the_score_just_below_its_gap():
+    """Rounding of top * (score / top) put this score above its own threshold, so the
+    selection (and Algorithm 3's stop, and with it the engine part's statistic) flipped
+    with the data's last digit (issue 31). The rule compares the normalised scores now."""
+    scores = np.array([1.4579602721385476, 0.28184776890398816, 0.4699509222543812,
+                       0.1127827096131816, 0.07766424205302681])
+    chosen, thr = select(scores, "gap")
+    assert chosen.tolist() == [0]  # the widest gap lies between 1.458 and 0.470
+    assert select_masks(scores[None, :]).tolist() == [[True, False, False, False, False]]
+    assert thr == pytest.approx(0.4699509222543812, rel=1e-15)
+    rng = np.random.default_rng(0)
+    many = rng.lognormal(0, 2, (2000, 5))
+    masks = select_masks(many)
+    assert all(set(np.flatnonzero(m)) == set(select(v, "gap")[0])
+               for v, m in zip(many, masks, strict=True))
+    # the selection is always the scores above one gap of the sorted normalised scores
+    for v, m in zip(many, masks, strict=True):
+        assert v[m].min() > v[~m].max() if (~m).any() else m.all()
 
 
 def test_unknown_rule_rejected():
