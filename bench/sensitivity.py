@@ -19,8 +19,8 @@ ended by it (the history, without the decisions that keep firing times out of it
 Two variants on the same windows and perturbations: the engine part as the live decision
 runs it (Algorithm 3's data-chosen penalties, the FAST optimiser, the pick between the
 all-ones and the moment start) and the continuous candidate
-(``engine.live.engine_power.CONTINUOUS_PARAMS``: fixed penalties, the moment start,
-``engine.SMOOTH``); ``--variant`` picks one.
+(``engine.live.engine_power.CONTINUOUS_PARAMS``: the same with ``engine.SMOOTH``);
+``--variant`` picks one.
 Writes ``bench/results/sensitivity.{csv,md}``.
 """
 from __future__ import annotations
