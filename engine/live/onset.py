@@ -16,7 +16,16 @@ alert names, each turned so that its change is positive (``sign``):
 * **roughness** (when the raw readings are given): the same scan over the log of the
   squared hour-to-hour steps of the raw readings, which collapse when a sensor gets stuck
   (its steps are 0, while its residuals keep the daily cycle it lost) and grow when it
-  gets noisy.
+  gets noisy;
+* **cycle** (when the profile is given): a change of a sensor's daily cycle (its
+  amplitude scaled) leaves residuals proportional to the profile's deviation from its
+  daily mean, positive at some hours and negative at others, which the level scan
+  averages away. The scan fits ``r = beta * profile`` from row ``k`` on (one ``beta``,
+  each sensor turned so that its change is positive) and measures the fit's share of the
+  residuals like the level scan, ``stat(k) = (sum_{t>=k} r p)**2 / sum_{t>=k} p**2 / s**2``.
+  The hours where the profile crosses its mean carry no information, so its peak is the
+  first informative hour after the onset, not the last (the level scan's, on dev-cycle:
+  3.9 h late).
 
 The scan with the stronger peak gives the onset, but a roughness peak of at least
 ``ROUGHNESS_DECIDES`` decides on its own. Its interval holds every split whose
@@ -52,7 +61,7 @@ ROUGHNESS_DECIDES = 30.0
 @dataclass(frozen=True)
 class Onset:
     """Row of the first changed value, the interval ``[low, high]`` of rows, and which
-    scan found it (``"level"`` or ``"spread"``)."""
+    scan found it (``"level"``, ``"spread"``, ``"roughness"`` or ``"cycle"``)."""
 
     index: int
     low: int
@@ -82,6 +91,28 @@ def mean_shift_scan(y: np.ndarray, min_segment: int = 2) -> np.ndarray:
     return stat
 
 
+def profile_fit_scan(r: np.ndarray, p: np.ndarray, min_segment: int = 2) -> np.ndarray:
+    """The scan statistic of ``r = beta * p`` from row ``k`` on (0 before), for every
+    ``k``, (n,). ``r``, ``p`` (n, k): residuals and the profile's deviation, each column
+    turned so that its change is positive (one beta for all)."""
+    n = r.shape[0]
+    stat = np.zeros(n)
+    if n < 2 * min_segment:
+        return stat
+    rp = (r * p).sum(axis=1)
+    pp = (p * p).sum(axis=1)
+    # sums from row k to the end
+    tail_rp = np.concatenate([np.cumsum(rp[::-1])[::-1], [0.0]])[:n]
+    tail_pp = np.concatenate([np.cumsum(pp[::-1])[::-1], [0.0]])[:n]
+    between = np.divide(tail_rp ** 2, tail_pp, out=np.zeros(n), where=tail_pp > 1e-12)
+    total = float((r ** 2).sum())
+    within = np.maximum(total - between, 1e-12) / max(r.size - 2, 1)
+    k = np.arange(n)
+    valid = (k >= min_segment) & (k <= n - min_segment) & (tail_rp > 0)
+    stat[valid] = between[valid] / within[valid]
+    return stat
+
+
 def _interval(stat: np.ndarray, peak: int) -> tuple[int, int]:
     inside = np.flatnonzero(stat >= stat[peak] - CHI2_95)
     # the contiguous run around the peak
@@ -106,10 +137,13 @@ def _roughness(raw: np.ndarray) -> np.ndarray:
 
 
 def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
-                   min_segment: int = 2, raw: np.ndarray | None = None) -> Onset:
+                   min_segment: int = 2, raw: np.ndarray | None = None,
+                   profile: np.ndarray | None = None) -> Onset:
     """The onset row in ``residuals`` (n, k), see the module docstring. ``sign`` (k,):
     the direction of each sensor's change (+1 up, -1 down); default +1. ``raw`` (n, k):
-    the same sensors' readings, for the roughness scan (None: no such scan)."""
+    the same sensors' readings, for the roughness scan (None: no such scan). ``profile``
+    (n, k): the profile's deviation from its daily mean at the same rows, in the
+    residuals' units, for the cycle scan (None: no such scan)."""
     r = np.asarray(residuals, dtype=float)
     if r.ndim == 1:
         r = r[:, None]
@@ -121,6 +155,13 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
         x = np.asarray(raw, dtype=float)
         scans["roughness"] = mean_shift_scan(_roughness(x if x.ndim == 2 else x[:, None]),
                                              min_segment)
+    if profile is not None:
+        p = np.nan_to_num(np.asarray(profile, dtype=float).reshape(r.shape))
+        # each sensor's cycle change turned positive: the sign of its fit over the last
+        # half of the rows (the change is in the after window)
+        half = r.shape[0] // 2
+        turn = np.where((r[half:] * p[half:]).sum(axis=0) < 0, -1.0, 1.0)
+        scans["cycle"] = profile_fit_scan(r, p * turn, min_segment)
     kind = max(scans, key=lambda name: scans[name].max())
     if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES:
         kind = "roughness"

@@ -128,6 +128,19 @@ def profile_residuals(before: pd.DataFrame, after: pd.DataFrame,
     return (xb - table[_slots(before.index, weekly)], xa - table[_slots(after.index, weekly)])
 
 
+def profile_deviation(before: pd.DataFrame, index: pd.DatetimeIndex,
+                      weekly: Period | bool = True) -> np.ndarray:
+    """The before window's profile at the rows ``index`` less its mean over the day, in
+    units of each sensor's residual spread (the detector's scale): (len(index), D). A
+    change of a sensor's daily cycle moves its residuals in proportion to this (0 for
+    "none": no cycle)."""
+    table = profile_table(before, weekly)
+    rb = before.to_numpy(dtype=float) - table[_slots(before.index, weekly)]
+    scale = np.nanstd(rb, axis=0)
+    scale = np.where(scale > 1e-12, scale, np.inf)
+    return (table[_slots(index, weekly)] - table.mean(axis=0)) / scale
+
+
 @dataclass(frozen=True)
 class CommonMode:
     """What :func:`remove_common_mode` learns on the before residuals: each sensor's

@@ -67,6 +67,48 @@ def test_onset_of_a_sensor_stuck_at_its_mean_comes_from_its_raw_steps() -> None:
     assert abs(est.index - 31) <= 1
 
 
+@pytest.mark.parametrize("at", [9, 21, 27])
+def test_onset_of_a_damped_daily_cycle_comes_from_the_cycle_scan(at: int) -> None:
+    """Two sensors' daily cycles halved at row ``at``: their residuals are minus half the
+    profile's deviation, positive at some hours and negative at others. The level scan
+    averages that away and finds the onset only when the deviation keeps one sign for
+    hours; the cycle scan fits the residuals to the profile and finds the first hour."""
+    rng = np.random.default_rng(at)
+    hours = np.arange(40) + 15  # from 15:00
+    profile = np.stack([np.sin(2 * np.pi * hours / 24), 1.2 * np.sin(2 * np.pi * hours / 24)],
+                       axis=1) * 4.0  # (40, 2) in units of the residuals' spread
+    r = 0.5 * rng.standard_normal((40, 2))
+    r[at:] -= 0.5 * profile[at:]
+    est = estimate_onset(r, sign=np.array([-1.0, -1.0]), profile=profile)
+    assert est.kind == "cycle"
+    assert 0 <= est.index - at <= 2  # row 21 is noon, where the profile crosses its mean
+    assert est.low <= at <= est.high
+    # without the profile, the onset falls where the damped cycle has one sign for hours
+    assert estimate_onset(r, sign=np.array([-1.0, -1.0])).kind != "cycle"
+
+
+def test_the_cycle_scan_leaves_a_step_to_the_level_scan() -> None:
+    rng = np.random.default_rng(5)
+    hours = np.arange(40) + 15
+    profile = np.sin(2 * np.pi * hours / 24)[:, None] * np.array([[3.0, 3.5]])
+    r = rng.standard_normal((40, 2))
+    r[24:] -= 2.0
+    est = estimate_onset(r, sign=np.array([-1.0, -1.0]), profile=profile)
+    assert est.kind == "level" and abs(est.index - 24) <= 1
+
+
+def test_profile_deviation_is_the_cycle_in_residual_units() -> None:
+    from engine.live.residual_shift import profile_deviation
+
+    net = _network(days=9)
+    dev = profile_deviation(net.iloc[:7 * 24], net.index[-24:], "day")
+    assert dev.shape == (24, net.shape[1])
+    assert np.allclose(dev.mean(axis=0), 0.0, atol=1e-9)  # the deviation from the daily mean
+    # the sine cycle over 0.05 noise: tens of spreads, positive in the morning
+    assert (np.abs(dev).max(axis=0) > 10).all() and (dev[6] > 0).all()
+    assert np.allclose(profile_deviation(net.iloc[:7 * 24], net.index[-24:], "none"), 0.0)
+
+
 def test_scan_is_zero_where_a_segment_is_too_short() -> None:
     stat = mean_shift_scan(np.arange(10.0), min_segment=3)
     assert (stat[:3] == 0).all() and (stat[8:] == 0).all() and stat[3:8].min() > 0
