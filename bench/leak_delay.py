@@ -306,7 +306,9 @@ def run_null(seed: int, weeks: int, work: Path, extra: list[str], day: str | Non
 
     net = NullNetwork(n_sensors=NULL_SENSORS, seed=seed, drift_sd=0.03)
     wide = net.simulate("2024-01-01", days=7 + 7 * weeks + 1, stream_seed=seed)
-    path = work / f"null{seed}.csv.gz"
+    # one file per start day: the day's jobs run at once, and one must not read the
+    # stream while another writes it
+    path = work / (f"null{seed}.csv.gz" if day is None else f"null{seed}-from-{day}.csv.gz")
     NullNetwork.to_long(wide).to_csv(path, index=False)
     sc = starting_on(Scenario(f"null-{seed} ({weeks} weeks, drift)", "null", path), day, work)
     first, last = data_range(sc.data)
