@@ -27,8 +27,10 @@ alert names, each turned so that its change is positive (``sign``):
   first informative hour after the onset, not the last (the level scan's, on dev-cycle:
   3.9 h late).
 
-The scan with the stronger peak gives the onset, but a roughness peak of at least
-``ROUGHNESS_DECIDES`` decides on its own. Its interval holds every split whose
+The scan with the strongest peak gives the onset, but a roughness peak of at least
+``ROUGHNESS_DECIDES`` decides over the level and spread scans. A named sensor that
+repeats its last value exactly to the end (``stuck_since``) decides before any scan: its
+onset is the first row of that value. Its interval holds every split whose
 statistic is within ``chi2_1(0.95) = 3.84`` of the peak (the profile-likelihood interval);
 autocorrelated residuals make it optimistic, so it is widened to at least one row each
 side.
@@ -56,12 +58,14 @@ CHI2_95 = 3.84
 #: unambiguous signature, while the level scan of a stuck sensor's residuals follows the
 #: daily cycle it lost. Leaks on the L-Town dev sets peak at 3-11, dev-stuck at 75.
 ROUGHNESS_DECIDES = 30.0
+#: a sensor whose last value repeats exactly over this many steps (and still) is stuck
+STUCK_RUN = 3
 
 
 @dataclass(frozen=True)
 class Onset:
     """Row of the first changed value, the interval ``[low, high]`` of rows, and which
-    scan found it (``"level"``, ``"spread"``, ``"roughness"`` or ``"cycle"``)."""
+    scan found it (``"level"``, ``"spread"``, ``"roughness"``, ``"cycle"`` or ``"stuck"``)."""
 
     index: int
     low: int
@@ -136,6 +140,27 @@ def _roughness(raw: np.ndarray) -> np.ndarray:
     return np.concatenate([rough[:1], rough])
 
 
+def stuck_since(raw: np.ndarray, min_run: int = STUCK_RUN) -> int | None:
+    """The first row of the value a sensor of ``raw`` (n, k) has repeated exactly to the
+    end, when that run holds at least ``min_run`` + 1 rows (the earliest such sensor's);
+    None when no sensor is stuck. Readings that keep one value to the last digit are a
+    stuck sensor (or a gateway repeating its last value): its hourly means repeat exactly,
+    which a working sensor's never do. The row before it may hold the change's start,
+    part of an hour."""
+    x = raw if raw.ndim == 2 else raw[:, None]
+    starts = []
+    for column in x.T:
+        if not np.isfinite(column[-1]):
+            continue
+        same = column == column[-1]
+        if same.all():
+            continue  # constant over the whole stretch: no onset inside it
+        first = int(np.flatnonzero(~same)[-1]) + 1
+        if x.shape[0] - first >= min_run + 1:
+            starts.append(first)
+    return min(starts) if starts else None
+
+
 def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
                    min_segment: int = 2, raw: np.ndarray | None = None,
                    profile: np.ndarray | None = None) -> Onset:
@@ -162,8 +187,17 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
         half = r.shape[0] // 2
         turn = np.where((r[half:] * p[half:]).sum(axis=0) < 0, -1.0, 1.0)
         scans["cycle"] = profile_fit_scan(r, p * turn, min_segment)
+    if raw is not None:
+        stuck = stuck_since(np.asarray(raw, dtype=float))
+        if stuck is not None:
+            return Onset(index=stuck, low=max(stuck - 1, 0), high=stuck, kind="stuck",
+                         strength=float("inf"))
     kind = max(scans, key=lambda name: scans[name].max())
-    if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES:
+    if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES and (
+            "cycle" not in scans or scans["roughness"].max() >= scans["cycle"].max()):
+        # over the level and spread scans only: the cycle scan reads the daily cycle a
+        # stuck sensor lost as such, and a stuck sensor's steps can be small for hours
+        # before it (a flat midday) where the roughness scan then cuts
         kind = "roughness"
     stat = scans[kind]
     peak = int(np.argmax(stat))

@@ -55,7 +55,8 @@ def test_onset_of_a_stuck_sensor_comes_from_the_spread_scan() -> None:
 
 def test_onset_of_a_sensor_stuck_at_its_mean_comes_from_its_raw_steps() -> None:
     """Stuck at its daily mean: its residuals keep the cycle it lost (no level shift, a
-    larger spread), its raw hour-to-hour steps drop to 0 at the onset."""
+    larger spread), its raw hour-to-hour steps drop to 0 at the onset, and its readings
+    repeat one value exactly from there on."""
     rng = np.random.default_rng(4)
     hours = np.arange(48)
     cycle = np.sin(2 * np.pi * hours / 24)
@@ -63,8 +64,29 @@ def test_onset_of_a_sensor_stuck_at_its_mean_comes_from_its_raw_steps() -> None:
     raw[31:] = 40.0
     residuals = (raw - 40 - cycle)[:, None] / 0.05
     est = estimate_onset(residuals, raw=raw[:, None])
-    assert est.kind == "roughness"
-    assert abs(est.index - 31) <= 1
+    assert est.kind == "stuck"
+    assert est.index == 31 and est.low == 30 and est.high == 31
+    # the same steps without the exact repeat (a sensor that barely moves): the scan
+    raw[31:] += 1e-6 * rng.standard_normal(17)
+    est = estimate_onset(residuals, raw=raw[:, None])
+    assert est.kind == "roughness" and abs(est.index - 31) <= 1
+
+
+def test_a_stuck_sensor_is_found_at_its_first_repeated_value() -> None:
+    """A large cycle frozen at its evening value: the first fully frozen hour, whatever
+    the scans make of the lost cycle; a sensor frozen for the whole stretch, or only for
+    its last two rows, gives no onset."""
+    from engine.live.onset import stuck_since
+
+    hours = np.arange(40) + 15
+    raw = np.stack([50 + 2 * np.sin(2 * np.pi * hours / 24),
+                    40 + 0.3 * np.cos(2 * np.pi * hours / 24)], axis=1)
+    raw[25:, 0] = raw[24, 0] - 0.4  # part of row 24's hour, then frozen
+    assert stuck_since(raw) == 25
+    assert stuck_since(raw[:, 1:]) is None
+    assert stuck_since(np.full((10, 1), 3.0)) is None
+    short = raw[:27].copy()  # frozen for rows 25 and 26 only
+    assert stuck_since(short) is None
 
 
 @pytest.mark.parametrize("at", [9, 21, 27])
