@@ -145,8 +145,7 @@ def stuck_since(raw: np.ndarray, min_run: int = STUCK_RUN) -> int | None:
     end, when that run holds at least ``min_run`` + 1 rows (the earliest such sensor's);
     None when no sensor is stuck. Readings that keep one value to the last digit are a
     stuck sensor (or a gateway repeating its last value): its hourly means repeat exactly,
-    which a working sensor's never do. The row before it may hold the change's start,
-    part of an hour."""
+    which a working sensor's never do."""
     x = raw if raw.ndim == 2 else raw[:, None]
     starts = []
     for column in x.T:
@@ -190,7 +189,10 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
     if raw is not None:
         stuck = stuck_since(np.asarray(raw, dtype=float))
         if stuck is not None:
-            return Onset(index=stuck, low=max(stuck - 1, 0), high=stuck, kind="stuck",
+            # the first repeated row's hour may hold the freeze itself (a value held
+            # from inside that hour on): one row each side, like the scans' intervals
+            return Onset(index=stuck, low=max(stuck - 1, 0),
+                         high=min(stuck + 1, r.shape[0] - 1), kind="stuck",
                          strength=float("inf"))
     kind = max(scans, key=lambda name: scans[name].max())
     if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES and (

@@ -41,7 +41,7 @@ Shapes: ``before`` (n_b, D) and the windows to compare (n_a, D), hourly rows in 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -54,6 +54,16 @@ from engine.live.residual_shift import (
     _slots,
     profile_table,
 )
+
+
+def _stored_period(value: Any) -> Period | bool:
+    """A reference's stored profile period: one of the period names, or the older flag."""
+    if value in ("week", "day", "none"):
+        return cast(Period, value)
+    if isinstance(value, str):
+        raise DetectionError(f"a stored reference has an unknown profile period {value!r}")
+    return bool(value)
+
 
 #: |z| and |energy_z| below this: the sensor is back at its reference
 RETURN_Z = 3.0
@@ -193,7 +203,7 @@ class Reference:
         spread = np.array([np.inf if v is None else v for v in data["spread"]], dtype=float)
         weekly = data["weekly"]
         return cls(columns=list(data["columns"]),
-                   weekly=weekly if isinstance(weekly, str) else bool(weekly),
+                   weekly=_stored_period(weekly),
                    table=np.asarray(data["table"], dtype=float),
                    scale=np.asarray(data["scale"], dtype=float),
                    common=CommonMode(np.asarray(data["beta"], dtype=float), directions),
