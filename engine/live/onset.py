@@ -172,6 +172,14 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
     if r.ndim == 1:
         r = r[:, None]
     r = np.nan_to_num(r)
+    if raw is not None:
+        stuck = stuck_since(np.asarray(raw, dtype=float))
+        if stuck is not None:
+            # the first repeated row's hour may hold the freeze itself (a value held
+            # from inside that hour on): one row each side, like the scans' intervals
+            return Onset(index=stuck, low=max(stuck - 1, 0),
+                         high=min(stuck + 1, r.shape[0] - 1), kind="stuck",
+                         strength=float("inf"))
     s = np.ones(r.shape[1]) if sign is None else np.where(np.asarray(sign) < 0, -1.0, 1.0)
     scans = {"level": mean_shift_scan((r * s).mean(axis=1), min_segment),
              "spread": mean_shift_scan(np.log(r ** 2 + 1e-6).mean(axis=1), min_segment)}
@@ -186,20 +194,12 @@ def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,
         half = r.shape[0] // 2
         turn = np.where((r[half:] * p[half:]).sum(axis=0) < 0, -1.0, 1.0)
         scans["cycle"] = profile_fit_scan(r, p * turn, min_segment)
-    if raw is not None:
-        stuck = stuck_since(np.asarray(raw, dtype=float))
-        if stuck is not None:
-            # the first repeated row's hour may hold the freeze itself (a value held
-            # from inside that hour on): one row each side, like the scans' intervals
-            return Onset(index=stuck, low=max(stuck - 1, 0),
-                         high=min(stuck + 1, r.shape[0] - 1), kind="stuck",
-                         strength=float("inf"))
     kind = max(scans, key=lambda name: scans[name].max())
     if "roughness" in scans and scans["roughness"].max() >= ROUGHNESS_DECIDES and (
             "cycle" not in scans or scans["roughness"].max() >= scans["cycle"].max()):
-        # over the level and spread scans only: the cycle scan reads the daily cycle a
-        # stuck sensor lost as such, and a stuck sensor's steps can be small for hours
-        # before it (a flat midday) where the roughness scan then cuts
+        # not over a stronger cycle scan: a halved cycle shrinks the hour-to-hour steps
+        # too, and the roughness scan then peaks where they are smallest, not at the
+        # onset (d2's cycle in bench.shape_variants: two rows from the end)
         kind = "roughness"
     stat = scans[kind]
     peak = int(np.argmax(stat))

@@ -130,7 +130,7 @@ def profile_residuals(before: pd.DataFrame, after: pd.DataFrame,
 
 def profile_deviation(before: pd.DataFrame, index: pd.DatetimeIndex,
                       weekly: Period | bool = True) -> np.ndarray:
-    """The before window's profile at the rows ``index`` less its mean over the day, in
+    """The before window's profile at the rows ``index`` less its mean over its slots, in
     units of each sensor's residual spread (the detector's scale): (len(index), D). A
     change of a sensor's daily cycle moves its residuals in proportion to this (0 for
     "none": no cycle)."""
