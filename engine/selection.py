@@ -80,7 +80,9 @@ def first_empty_threshold(scores: np.ndarray, bins: int = 100) -> float:
 
 def _gap_rule(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The gap rule on score vectors (..., D) of absolute values: (mask (..., D), threshold
-    (...,)). The mask compares the max-normalised scores with the normalised score below
+    (...,)). The largest gap between max-normalised sorted scores, counting the gap from
+    the lowest score down to 0 only when it is the largest (then all positive scores are
+    selected). The mask compares the max-normalised scores with the normalised score below
     the widest gap, the very numbers the gap was measured on. Comparing raw scores with
     ``top * s`` instead let rounding put the score just below the gap on either side of
     its own threshold (a selection that flips with the last digit of the data, issue 31)."""
@@ -101,12 +103,6 @@ def _gap_rule(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     thr = np.where(keep_all, np.nextafter(top * s[..., :1], -np.inf), top * cut)
     thr = np.where(positive, thr, np.inf)
     return mask, thr[..., 0]
-
-
-def gap_threshold(scores: np.ndarray) -> float:
-    """Largest-gap rule on max-normalised scores, counting the gap from the lowest score
-    down to 0 only when it is the largest (then all positive scores are selected)."""
-    return float(_gap_rule(np.abs(np.asarray(scores, dtype=np.float64)))[1])
 
 
 def select(scores: np.ndarray, rule: RuleName = DEFAULT_RULE, bins: int = 100) -> tuple[np.ndarray, float]:

@@ -147,17 +147,12 @@ def stuck_since(raw: np.ndarray, min_run: int = STUCK_RUN) -> int | None:
     stuck sensor (or a gateway repeating its last value): its hourly means repeat exactly,
     which a working sensor's never do."""
     x = raw if raw.ndim == 2 else raw[:, None]
-    starts = []
-    for column in x.T:
-        if not np.isfinite(column[-1]):
-            continue
-        same = column == column[-1]
-        if same.all():
-            continue  # constant over the whole stretch: no onset inside it
-        first = int(np.flatnonzero(~same)[-1]) + 1
-        if x.shape[0] - first >= min_run + 1:
-            starts.append(first)
-    return min(starts) if starts else None
+    same = x == x[-1]  # (n, k); a missing last value repeats nothing
+    # rows at the end equal to the last; a sensor constant over the whole stretch has no
+    # onset inside it
+    run = np.where(same.all(axis=0), 0, np.argmin(same[::-1], axis=0))
+    stuck = run >= min_run + 1
+    return int(x.shape[0] - run[stuck].max()) if stuck.any() else None
 
 
 def estimate_onset(residuals: np.ndarray, sign: np.ndarray | None = None,

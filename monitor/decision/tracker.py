@@ -303,12 +303,10 @@ class SiteTracker:
         residuals = pd.concat([det.before_residuals.iloc[-ONSET_LOOKBACK_ROWS:],
                                det.after_residuals])[cols]
         raw = pd.concat([w.before_raw, w.after_raw])
-        cycle = pd.DataFrame(profile_deviation(w.before_raw, residuals.index,
-                                               inspector.decision.detector.period),
-                             index=residuals.index, columns=w.before_raw.columns)
         onset = estimate_onset(residuals.to_numpy(), np.sign(det.z[cols].to_numpy()),
                                raw=raw.loc[residuals.index, cols].to_numpy(),
-                               profile=cycle[cols].to_numpy())
+                               profile=profile_deviation(w.before_raw[cols], residuals.index,
+                                                         inspector.decision.detector.period))
         times = residuals.index
         extra: dict[str, Any] = {
             "onset": iso(times[onset.index].to_pydatetime()),
