@@ -5,10 +5,13 @@ Kept apart from :mod:`engine.selectors` so each selector's ``fit`` reads as its 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -25,6 +28,13 @@ from engine.problems import EstimatorName, ProblemSet
 from engine.splits import PaddedIndex, Splits, permutation_labels, relabel_blocks
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: pair differences of one training batch on a CPU: a batch this size stays in the last
+#: level cache, where an epoch reads them twice
+CPU_BATCH_BYTES = 64 * 2**20
+#: the share of a GPU's free memory that one training batch's pair differences may take
+#: (the epoch's intermediates are a few times their size)
+GPU_BATCH_SHARE = 0.125
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -61,6 +71,54 @@ def torch_threads(n_threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def resolve_jobs(n_jobs: int | None) -> int:
+    """``n_jobs`` as a count of batches fitted at once: None or 1 -> 1, -1 -> one per CPU
+    core this process may run on, k > 1 -> k."""
+    if n_jobs is None:
+        return 1
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0 or n_jobs < -1:
+        raise InvalidParameterError(
+            f"n_jobs must be a positive integer, -1 (every core) or None (1), got {n_jobs!r}")
+    if n_jobs == -1:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+    return n_jobs
+
+
+def batch_bytes(device: torch.device) -> int:
+    """The largest training batch (bytes of pair differences) for ``device``: cache-sized
+    on a CPU, :data:`GPU_BATCH_SHARE` of the free memory on a GPU, where a bigger batch
+    costs no more launches."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(CPU_BATCH_BYTES, int(free * GPU_BATCH_SHARE))
+    return CPU_BATCH_BYTES
+
+
+def batch_slices(count: int, size: int, jobs: int) -> list[slice]:
+    """``count`` items in batches of at most ``size``, their number a multiple of ``jobs``
+    where there are enough items (so that ``jobs`` threads finish together), sizes within
+    one of each other."""
+    n_parts = math.ceil(count / max(size, 1))
+    n_parts = min(count, math.ceil(n_parts / jobs) * jobs) if count else 0
+    bounds = [round(i * count / n_parts) for i in range(n_parts + 1)] if n_parts else [0]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def map_batches(fn: Callable[[slice], T], parts: Sequence[slice], jobs: int) -> list[T]:
+    """``fn`` of each batch, in order; ``jobs`` > 1: that many at once in threads.
+
+    Threads, not processes: the batches' time is in torch kernels, which release the
+    GIL, and each runs on one core (the intra-op pool stays at one thread). Unlike
+    OpenMP's threads they never spin, so a busy machine time-shares them instead of
+    stalling (docs/engine.md, "Speed")."""
+    if jobs <= 1 or len(parts) <= 1:
+        return [fn(part) for part in parts]
+    with ThreadPoolExecutor(max_workers=min(jobs, len(parts)),
+                            thread_name_prefix="engine-batch") as pool:
+        return list(pool.map(fn, parts))
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:

@@ -143,7 +143,9 @@ class _KernelRowSums(torch.autograd.Function):
             gxy = (g_rxy.unsqueeze(-1) * my.unsqueeze(-2)
                    + g_cxy.unsqueeze(-2) * mx.unsqueeze(-1))
         grad_k = torch.cat([gxx, gyy, gxy.flatten(-2)], dim=-1)
-        grad_exponent = torch.addcmul(grad_k, grad_k, k)  # d expm1(e)/de = k - 1 + 1
+        # d expm1(e)/de = (k - 1) + 1, in place: grad_k is this function's own (a fresh
+        # allocation of this size costs more than the product on a CPU)
+        grad_exponent = grad_k.addcmul_(k, grad_k)
         delta_t = ctx.delta_t if ctx.delta_t is not None else delta.transpose(-1, -2)
         grad_minus_s = torch.bmm(grad_exponent, delta_t)
         return grad_minus_s, None, None, None, None, None, None, None, None

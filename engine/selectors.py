@@ -114,7 +114,9 @@ class _Selector:
         n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
         gate_test: str = "mmd", starts: str = "ones+moments", split_weight: float = 0.25,
+        n_jobs: int | None = 1,
     ) -> None:
+        self.n_jobs = n_jobs
         self.gate_test = gate_test
         self.split_weight = float(split_weight)
         self.starts = starts
@@ -187,6 +189,7 @@ class _Selector:
             raise InvalidParameterError(f"gate_test must be one of {GATE_TESTS}, got {self.gate_test!r}")
         _optimiser(self.optimiser)
         F.resolve_dtype(self.dtype)
+        F.resolve_jobs(self.n_jobs)
 
     def get_params(self) -> dict[str, Any]:
         params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
@@ -542,18 +545,21 @@ class CVAggregation(_LambdaSelector):
         return self._fit_group([prep], t0)[0]
 
     def fit_many(self, pairs: Sequence[tuple[Any, Any]], *, errors: str = "raise",
-                 max_batch_bytes: int = 32 * 2**20) -> list[Selection | EngineError]:
+                 max_batch_bytes: int | None = None) -> list[Selection | EngineError]:
         """Fit many independent (X, Y) pairs; the same results as one :meth:`fit` each.
 
         Pairs of one shape (rows of X, rows of Y, non-constant variables) share one set of
-        optimiser passes: their lambda searches are one batch, and their K x L training
-        problems are batched (N x K x L problems) up to ``max_batch_bytes`` of precomputed
-        pair differences per batch. Each pair draws from its own random stream, seeded like
-        a single fit, and each problem keeps its own step sizes and early stop, so results
-        equal separate fits up to floating-point rounding (tested).
+        optimiser passes: their lambda searches and their K x L training problems are
+        batched (N x K x L problems) up to ``max_batch_bytes`` of precomputed pair
+        differences per batch (None: :func:`engine._fitting.batch_bytes`, cache-sized on a
+        CPU, a share of the free memory on a GPU), and with ``n_jobs`` > 1 that many
+        batches run at once, each in a thread of its own. Each pair draws from its own
+        random stream, seeded like a single fit, and each problem keeps its own step
+        sizes and early stop, so results equal separate fits up to floating-point
+        rounding (tested), whatever the batches.
         ``errors="raise"``: a pair with bad input raises its :class:`EngineError`;
         ``"return"``: that pair's entry is the error and the others are fitted.
-        ``runtime_s`` of each result is its share of its batch's time.
+        ``runtime_s`` of each result is its share of its group's time.
         """
         if errors not in ("raise", "return"):
             raise InvalidParameterError(f"errors must be 'raise' or 'return', got {errors!r}")
@@ -574,12 +580,11 @@ class CVAggregation(_LambdaSelector):
                     continue
                 groups.setdefault(prep.shape, []).append((i, prep))
             for (n, m, a), members in groups.items():
-                # The lambda searches of a whole group are one batch (each is small); the
-                # training problems go in batches of ``max_batch_bytes``: on a CPU an epoch
-                # reads all pair differences twice, and beyond the cache that costs more
-                # than the saved per-epoch overhead.
-                per_fit = self._delta_bytes(n, m, a)
-                cv_size = max(1, int(max_batch_bytes // max(per_fit, 1)))
+                # On a CPU an epoch reads all pair differences twice, and beyond the cache
+                # that costs more than the per-epoch overhead a bigger batch saves.
+                device = members[0][1].device
+                limit = F.batch_bytes(device) if max_batch_bytes is None else max_batch_bytes
+                cv_size = max(1, int(limit // max(self._delta_bytes(n, m, a), 1)))
                 t0 = time.perf_counter()
                 results = self._fit_group([p for _, p in members], t0, cv_size)
                 share = (time.perf_counter() - t0) / len(members)
@@ -596,19 +601,24 @@ class CVAggregation(_LambdaSelector):
 
     def _fit_group(self, preps: list[F.Prepared], t0: float,
                    cv_size: int | None = None) -> list[Selection]:
-        """Algorithm 2 for data sets of one shape: one batch for all lambda searches, and
-        batches of ``cv_size`` data sets (None: all) for the training problems."""
+        """Algorithm 2 for data sets of one shape, in batches of at most ``cv_size`` data
+        sets (None: one batch), ``n_jobs`` batches at once: each batch's lambda searches
+        are one batched solve, then its training problems another, then its scores and
+        p-values."""
         rngs = [np.random.default_rng(self.seed) for _ in preps]
-        candidates = self._lambda_candidates_many(preps)
-        size = cv_size or len(preps)
-        fits: list[SplitFit] = []
-        for start in range(0, len(preps), size):
-            part = slice(start, start + size)
-            fits += self._split_fits(preps[part], [lam for lam, _ in candidates[part]],
-                                     self.n_splits, rngs[part])
+        jobs = F.resolve_jobs(self.n_jobs) if preps[0].device.type == "cpu" else 1
+        parts = F.batch_slices(len(preps), cv_size or len(preps), jobs)
         labels = self._moment_labels(*preps[0].shape[:2]) if self.block_size is None else None
-        return [self._aggregate(prep, lambdas, dict(details), fit, t0, labels)
-                for prep, (lambdas, details), fit in zip(preps, candidates, fits, strict=True)]
+
+        def fit_part(part: slice) -> list[Selection]:
+            candidates = self._lambda_candidates_many(preps[part])
+            fits = self._split_fits(preps[part], [lam for lam, _ in candidates],
+                                    self.n_splits, rngs[part])
+            return [self._aggregate(prep, lambdas, dict(details), fit, t0, labels)
+                    for prep, (lambdas, details), fit in zip(preps[part], candidates, fits,
+                                                             strict=True)]
+
+        return [res for chunk in F.map_batches(fit_part, parts, jobs) for res in chunk]
 
     def _aggregate(self, prep: F.Prepared, lambdas: np.ndarray, details: dict[str, Any],
                    fit: SplitFit, t0: float,

@@ -68,3 +68,41 @@ def test_concat_keeps_each_data_sets_length_scales():
     want = torch.cat([parts[0].ratio(w[:2]), parts[1].ratio(w[2:])])
     torch.testing.assert_close(both.ratio(w), want)
     torch.testing.assert_close(both.sets(slice(2, 4)).ratio(w[2:]), want[2:])
+
+
+def test_batches_in_threads_give_the_same_results():
+    """n_jobs batches at once, each in its own thread: every pair's fit as in one thread,
+    whatever the batch sizes (several batches per thread, uneven last batches)."""
+    pairs = _pairs(5, seed=4)
+    quick = {**QUICK, "dtype": "float64"}  # float32 rounds differently in other batches
+    one = CVAggregation(seed=1, **quick).fit_many(pairs)
+    for jobs, batch in ((2, 1), (3, None), (-1, 1)):
+        many = CVAggregation(seed=1, n_jobs=jobs, **quick).fit_many(pairs, max_batch_bytes=batch)
+        for a, b in zip(one, many, strict=True):
+            assert a.selected == b.selected and a.candidates == b.candidates
+            assert abs(a.p_value - b.p_value) <= 1e-12
+            np.testing.assert_allclose(b.scores, a.scores, rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(b.details["val_ratio"], a.details["val_ratio"],
+                                       rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("count,size,jobs", [(168, 69, 2), (24, 69, 2), (1, 69, 4), (5, 1, 2),
+                                              (7, 3, 3), (0, 5, 2), (10, 100, 1)])
+def test_batch_slices_cover_every_item_once_in_even_batches(count, size, jobs):
+    from engine._fitting import batch_slices
+
+    parts = batch_slices(count, size, jobs)
+    covered = [i for part in parts for i in range(count)[part]]
+    assert covered == list(range(count))
+    sizes = [part.stop - part.start for part in parts]
+    assert all(0 < s <= max(size, 1) or len(parts) == 1 for s in sizes) or count == 0
+    assert max(sizes, default=0) - min(sizes, default=0) <= 1
+    assert len(parts) % jobs == 0 or len(parts) == count  # one item a batch at most
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])
+def test_n_jobs_must_be_a_count_or_minus_one(bad):
+    from engine import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="n_jobs must be a positive integer"):
+        CVAggregation(n_jobs=bad)
