@@ -238,9 +238,32 @@ class _Selector:
         p, _ = moment_permutation_pvalue(prep.x, prep.y, labels)
         return p
 
-    def _prepare(self, x: Any, y: Any) -> F.Prepared:
-        return F.prepare(x, y, block_size=self.block_size, heuristic=self.length_scale,
-                         device=F.resolve_device(self.device), dtype=F.resolve_dtype(self.dtype))
+    def _prepare(self, x: Any, y: Any, *, place: bool = True) -> F.Prepared:
+        """The checked data on the fit's device. ``device="auto"``: on the CPU, and on the
+        GPU only when the fit is big enough to gain there (``place=False``: left on the
+        CPU, for :meth:`_placed` to decide for a whole batch)."""
+        auto = self.device == "auto"
+        prep = F.prepare(x, y, block_size=self.block_size, heuristic=self.length_scale,
+                         device=torch.device("cpu") if auto else F.resolve_device(self.device),
+                         dtype=F.resolve_dtype(self.dtype))
+        return self._placed([prep])[0] if place else prep
+
+    def _placed(self, preps: list[F.Prepared]) -> list[F.Prepared]:
+        """Data sets of one shape fitted together, moved to the GPU under
+        ``device="auto"`` when their training pair differences reach
+        :data:`engine._fitting.AUTO_GPU_BYTES` (below it a fit is launch-bound there and
+        the CPU is faster: docs/engine.md, "Speed")."""
+        if self.device != "auto" or not preps or preps[0].active.size == 0:
+            return preps
+        device = F.auto_device(len(preps) * self._delta_bytes(*preps[0].shape))
+        return preps if device.type == "cpu" else [p.to(device) for p in preps]
+
+    def _delta_bytes(self, n: int, m: int, a: int) -> int:
+        """Bytes of the training pair differences of one fit (its K splits) at ``dtype``."""
+        n_t, m_t = round(n * self.train_fraction), round(m * self.train_fraction)
+        pairs = n_t // 2 * n_t + m_t // 2 * m_t + n_t * m_t
+        splits = int(getattr(self, "n_splits", 1))
+        return splits * a * pairs * (4 if self.dtype == "float32" else 8)
 
     def _full_problem(self, prep: F.Prepared) -> ProblemSet:
         return ProblemSet.build(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma,
@@ -569,7 +592,7 @@ class CVAggregation(_LambdaSelector):
             for i, (x, y) in enumerate(pairs):
                 t0 = time.perf_counter()
                 try:
-                    prep = self._prepare(x, y)
+                    prep = self._prepare(x, y, place=False)
                 except EngineError as exc:
                     if errors == "raise":
                         raise
@@ -579,7 +602,9 @@ class CVAggregation(_LambdaSelector):
                     out[i] = self._trivial(prep, t0, self.n_lambdas)
                     continue
                 groups.setdefault(prep.shape, []).append((i, prep))
-            for (n, m, a), members in groups.items():
+            for (n, m, a), placed in groups.items():
+                members = list(zip([i for i, _ in placed],
+                                   self._placed([p for _, p in placed]), strict=True))
                 # On a CPU an epoch reads all pair differences twice, and beyond the cache
                 # that costs more than the per-epoch overhead a bigger batch saves.
                 device = members[0][1].device
@@ -592,12 +617,6 @@ class CVAggregation(_LambdaSelector):
                     res.runtime_s = share
                     out[i] = res
         return [r for r in out if r is not None]
-
-    def _delta_bytes(self, n: int, m: int, a: int) -> int:
-        """Bytes of the training pair differences of one fit (K splits) at ``dtype``."""
-        n_t, m_t = round(n * self.train_fraction), round(m * self.train_fraction)
-        pairs = n_t // 2 * n_t + m_t // 2 * m_t + n_t * m_t
-        return self.n_splits * a * pairs * (4 if self.dtype == "float32" else 8)
 
     def _fit_group(self, preps: list[F.Prepared], t0: float,
                    cv_size: int | None = None) -> list[Selection]:

@@ -106,3 +106,26 @@ def test_n_jobs_must_be_a_count_or_minus_one(bad):
 
     with pytest.raises(InvalidParameterError, match="n_jobs must be a positive integer"):
         CVAggregation(n_jobs=bad)
+
+
+def test_auto_device_takes_the_gpu_only_for_batches_that_gain(monkeypatch):
+    """device="auto": a batch below AUTO_GPU_BYTES of pair differences stays on the CPU
+    (a GPU fit of it is launch-bound), a larger one goes to CUDA when there is one."""
+    from engine import _fitting as F
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert F.auto_device(F.AUTO_GPU_BYTES - 1).type == "cpu"
+    assert F.auto_device(F.AUTO_GPU_BYTES).type == "cuda"
+    sel = CVAggregation(dtype="float64")  # the engine part: 24 vs 16 rows, 33 sensors
+    one_fit = sel._delta_bytes(24, 16, 33)
+    assert F.auto_device(one_fit).type == "cpu"
+    assert F.auto_device(168 * one_fit).type == "cuda"  # a week of history as one batch
+    week = CVAggregation()._delta_bytes(168, 168, 33)  # float32, the paper's case study
+    assert F.auto_device(week).type == "cuda"
+
+
+def test_auto_device_without_a_gpu_fits_on_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    fit = CVAggregation(**{**QUICK, "device": "auto"}).fit_many(_pairs(2))
+    assert all(f.device == "cpu" for f in fit)
