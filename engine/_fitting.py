@@ -4,6 +4,7 @@ Kept apart from :mod:`engine.selectors` so each selector's ``fit`` reads as its 
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -117,7 +118,7 @@ def batch_slices(count: int, size: int, jobs: int) -> list[slice]:
     n_parts = math.ceil(count / max(size, 1))
     n_parts = min(count, math.ceil(n_parts / jobs) * jobs) if count else 0
     bounds = [round(i * count / n_parts) for i in range(n_parts + 1)] if n_parts else [0]
-    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def map_batches(fn: Callable[[slice], T], parts: Sequence[slice], jobs: int) -> list[T]:
