@@ -64,6 +64,7 @@ bench: install system-deps
 	$(PY) -m bench.small_leak
 	$(PY) -m bench.fleet
 	$(PY) -m bench.throughput --sensors 100 300 --inspections 24 96
+	$(PY) -m bench.engine_part_batches --shared
 	$(PY) -m bench.sensitivity
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in

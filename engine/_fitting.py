@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 #: pair differences of one training batch on a CPU: a batch this size stays in the last
 #: level cache, where an epoch reads them twice
-CPU_BATCH_BYTES = 64 * 2**20
+CPU_BATCH_BYTES = 32 * 2**20
 #: ``device="auto"`` fits a batch on the GPU from this many bytes of training pair
 #: differences on: on an H200 one engine-part fit (0.5 MB) took 0.57 s on CUDA against
 #: 0.32 s on 16 CPU cores, launch-bound, while a week-sized fit (19 MB) took 0.58 s against

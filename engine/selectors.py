@@ -45,7 +45,8 @@ from engine.starts import memberships, moment_starts, pick_lower
 
 log = logging.getLogger(__name__)
 GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd")
-#: largest permutation-statistics batch (bytes) of the batched split fits
+#: largest permutation-statistics batch (bytes) of the batched split fits on a CPU (cache);
+#: on a GPU the training batch's limit, so that a batch's tests are a few launches
 _PERMUTATION_BYTES = 4 * 2**20
 STARTS: tuple[str, ...] = ("ones", "ones+moments", "moments")
 
@@ -381,7 +382,8 @@ class _Selector:
         # permutation statistics of a few data sets at a time: (K L, B+1, Nv) per data set
         per_set = n_splits * max(weights.shape[1] * gate_labels.shape[1], p_labels.shape[1]) \
             * gate_labels.shape[2] * x.element_size()
-        step = max(1, _PERMUTATION_BYTES // max(per_set, 1))
+        limit = _PERMUTATION_BYTES if x.device.type == "cpu" else F.batch_bytes(x.device)
+        step = max(1, limit // max(per_set, 1))
         for first in range(0, len(preps), step):
             part = slice(first, min(first + step, len(preps)))
             rows = slice(part.start * n_splits, part.stop * n_splits)
