@@ -54,10 +54,13 @@ ENGINE_STATISTIC = "cv-aggregation-power"
 ENGINE_WEIGHT = 0.35
 #: before-window rows (hours) the engine compares with the after window
 ENGINE_ROWS = 24
-#: The engine part's CV-aggregation settings beside the engine section's: float64, so that
-#: a batched fit and a single one agree to 1e-14; its batches on every core (threads that
-#: time-share a busy machine rather than spin: docs/engine.md, "Speed").
-ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64", "n_jobs": -1}
+#: The engine part's CV-aggregation settings over the engine section's: float64, so that
+#: a batched fit and a single one agree to 1e-14.
+ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64"}
+#: Its defaults where the engine section sets nothing: its batches on every core, threads
+#: that time-share a busy machine rather than spin (docs/engine.md, "Speed"); an engine
+#: section's ``params: {n_jobs: 1}`` keeps it on one.
+ENGINE_PART_DEFAULTS: dict[str, Any] = {"n_jobs": -1}
 #: A candidate measured and not (yet) taken: the same search, with ``engine.SMOOTH`` for
 #: ``FAST`` (no early stop, plateau cuts, backtracking or snap; a cosine step size down to
 #: 0, the last iterate). Since the gap rule compares the normalised scores it measured its

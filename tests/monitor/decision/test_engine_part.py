@@ -167,3 +167,18 @@ def test_an_older_state_file_gains_the_engine_column(tmp_path) -> None:
     state.add_history([(200.0, (5.0, 0.8)), (300.0, (6.0, float("nan")))])
     assert state.history(150.0) == [(200.0, (5.0, 0.8)), (300.0, (6.0, None))]
     state.close()
+
+
+def test_engine_part_fits_on_every_core_unless_the_config_says_otherwise():
+    """The engine part's batches run on every core by default (``n_jobs=-1``); an engine
+    section's ``params: {n_jobs: 1}`` keeps them on one, and float64 always holds."""
+    from monitor.compose import build_inspector
+    from monitor.decision.calibrated_rule import engine_part_selector
+
+    default = engine_part_selector(_inspector().engine)
+    assert default.n_jobs == -1 and default.dtype == "float64"
+    one = build_inspector(validate_config({
+        "site": "sim", "source": {"type": "file", "path": "x.csv"},
+        "engine": {"params": {"n_jobs": 1, "dtype": "float32"}}})).engine
+    pinned = engine_part_selector(one)
+    assert pinned.n_jobs == 1 and pinned.dtype == "float64"
