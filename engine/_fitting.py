@@ -30,8 +30,9 @@ from engine.splits import PaddedIndex, Splits, permutation_labels, relabel_block
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-#: pair differences of one training batch on a CPU: a batch this size stays in the last
-#: level cache, where an epoch reads them twice
+#: pair differences of one training batch on a CPU. Measured on the engine part's fits of
+#: a d1 backfill (bench.engine_part_batches, 2 cores): 32 MiB as fast as 64 MiB alone and
+#: faster when two processes share the cores; smaller batches repeat the per-epoch work
 CPU_BATCH_BYTES = 32 * 2**20
 #: ``device="auto"`` fits a batch on the GPU from this many bytes of training pair
 #: differences on: on an H200 one engine-part fit (0.5 MB) took 0.57 s on CUDA against

@@ -607,8 +607,6 @@ class CVAggregation(_LambdaSelector):
             for (n, m, a), placed in groups.items():
                 members = list(zip([i for i, _ in placed],
                                    self._placed([p for _, p in placed]), strict=True))
-                # On a CPU an epoch reads all pair differences twice, and beyond the cache
-                # that costs more than the per-epoch overhead a bigger batch saves.
                 device = members[0][1].device
                 limit = F.batch_bytes(device) if max_batch_bytes is None else max_batch_bytes
                 cv_size = max(1, int(limit // max(self._delta_bytes(n, m, a), 1)))
