@@ -61,6 +61,7 @@ bench: install system-deps
 	$(PY) -m bench.shape_variants
 	$(PY) -m bench.skab
 	$(PY) -m bench.engine_on_residuals
+	$(PY) -m bench.weekend_statistics
 	$(PY) -m bench.small_leak
 	$(PY) -m bench.fleet
 	$(PY) -m bench.throughput --sensors 100 300 --inspections 24 96
