@@ -36,14 +36,10 @@ FIRST = datetime(2019, 9, 9, tzinfo=UTC)
 TIMES = 192
 
 
-def _d1() -> Path:
-    beside = ROOT.parent / "shared" / "data" / "ltown-delay-dev" / "d1" / "pressures.csv.gz"
-    return beside if beside.exists() else Path("/work/shared/data/ltown-delay-dev/d1/pressures.csv.gz")
-
-
 def engine_part_pairs() -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     """The residual pairs of the first pass over d1's 192 times, and the engine part's
     selector parameters (``engine_part_selector`` of the live defaults)."""
+    from bench.leak_delay import SHARED
     from connectors.file import FileSource
     from engine.live.engine_power import residual_pair
     from monitor.compose import build_inspector
@@ -51,7 +47,8 @@ def engine_part_pairs() -> tuple[list[tuple[Any, Any]], dict[str, Any]]:
     from monitor.decision.calibrated_rule import engine_part_selector
     from monitor.decision.tracker import cached_reader
 
-    config = validate_config({"site": "d1", "source": {"type": "file", "path": str(_d1())},
+    d1 = SHARED / "d1" / "pressures.csv.gz"
+    config = validate_config({"site": "d1", "source": {"type": "file", "path": str(d1)},
                               "sinks": []})
     inspector = build_inspector(config)
     read = cached_reader(FileSource(config.source).frame())

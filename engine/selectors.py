@@ -105,6 +105,8 @@ class _Selector:
     """Parameters shared by all selectors (see the subclasses for the method)."""
 
     method = "base"
+    #: train/validation splits of one fit (CVAggregation sets its own)
+    n_splits: int = 1
 
     def __init__(
         self, *, seed: int = 0, device: str = "auto", alpha: float = 0.05,
@@ -263,8 +265,7 @@ class _Selector:
         """Bytes of the training pair differences of one fit (its K splits) at ``dtype``."""
         n_t, m_t = round(n * self.train_fraction), round(m * self.train_fraction)
         pairs = n_t // 2 * n_t + m_t // 2 * m_t + n_t * m_t
-        splits = int(getattr(self, "n_splits", 1))
-        return splits * a * pairs * (4 if self.dtype == "float32" else 8)
+        return self.n_splits * a * pairs * (4 if self.dtype == "float32" else 8)
 
     def _full_problem(self, prep: F.Prepared) -> ProblemSet:
         return ProblemSet.build(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma,
@@ -604,14 +605,13 @@ class CVAggregation(_LambdaSelector):
                     out[i] = self._trivial(prep, t0, self.n_lambdas)
                     continue
                 groups.setdefault(prep.shape, []).append((i, prep))
-            for (n, m, a), placed in groups.items():
-                members = list(zip([i for i, _ in placed],
-                                   self._placed([p for _, p in placed]), strict=True))
-                device = members[0][1].device
-                limit = F.batch_bytes(device) if max_batch_bytes is None else max_batch_bytes
+            for (n, m, a), members in groups.items():
+                preps = self._placed([p for _, p in members])
+                limit = F.batch_bytes(preps[0].device) if max_batch_bytes is None \
+                    else max_batch_bytes
                 cv_size = max(1, int(limit // max(self._delta_bytes(n, m, a), 1)))
                 t0 = time.perf_counter()
-                results = self._fit_group([p for _, p in members], t0, cv_size)
+                results = self._fit_group(preps, t0, cv_size)
                 share = (time.perf_counter() - t0) / len(members)
                 for (i, _), res in zip(members, results, strict=True):
                     res.runtime_s = share
