@@ -117,9 +117,10 @@ class _Selector:
         n_permutations: int = 199, p_value_permutations: int = 999, n_projections: int = 10,
         train_fraction: float = 0.5, dtype: str = "float32", n_threads: int | None = 1,
         gate_test: str = "mmd", starts: str = "ones+moments", split_weight: float = 0.25,
-        n_jobs: int | None = 1,
+        n_jobs: int | None = 1, compute_p_value: bool = True,
     ) -> None:
         self.n_jobs = n_jobs
+        self.compute_p_value = bool(compute_p_value)
         self.gate_test = gate_test
         self.split_weight = float(split_weight)
         self.starts = starts
@@ -214,8 +215,11 @@ class _Selector:
         blocks (block_size): a full-sample block permutation test, because a validation
         half has too few blocks to ever reach alpha (see engine/block_test.py).
         ``moment_labels``: :meth:`_moment_labels` of the data's shape, drawn once for many
-        data sets (None: drawn here).
+        data sets (None: drawn here). ``compute_p_value=False``: NaN and no parts, nothing
+        tested.
         """
+        if not self.compute_p_value:
+            return math.nan, {}
         if self.block_size is None:
             p_split = combine_split_pvalues(split_p)
             p_moments = self._moment_pvalue(prep, moment_labels)
@@ -350,7 +354,8 @@ class _Selector:
         gate_labels = F.validation_labels(splits, block_size=None,
                                           n_permutations=self.n_permutations, rng=rng)
         p_labels = gate_labels
-        if self.p_value_permutations != self.n_permutations or self.block_size is not None:
+        if self.compute_p_value and (self.p_value_permutations != self.n_permutations
+                                     or self.block_size is not None):
             p_labels = F.validation_labels(splits, block_size=self.block_size,
                                            n_permutations=self.p_value_permutations, rng=rng)
         for other in rngs[1:]:  # each stream ends where a fit of its own leaves it
@@ -379,7 +384,7 @@ class _Selector:
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
         w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
         gate_p = np.empty(val_ratio.shape)
-        split_p = np.empty(weights.shape[0])
+        split_p = np.full(weights.shape[0], np.nan)
         # permutation statistics of a few data sets at a time: (K L, B+1, Nv) per data set
         per_set = n_splits * max(weights.shape[1] * gate_labels.shape[1], p_labels.shape[1]) \
             * gate_labels.shape[2] * x.element_size()
@@ -395,6 +400,8 @@ class _Selector:
             val = F.stacked_validation(x[part], y[part], splits, gate_labels)
             gate_p[rows] = F.gate_mmd_pvalues(val, weights[rows], subsets[rows], gammas[rows],
                                               self.kernel)
+            if not self.compute_p_value:
+                continue
             val_p = val if p_labels is gate_labels else \
                 F.stacked_validation(x[part], y[part], splits, p_labels)
             split_p[rows] = F.split_mmd_pvalues(val_p, w_best[rows], gammas[rows], self.kernel)
@@ -442,12 +449,15 @@ class _Selector:
         # power), so each split p-value stays exactly valid.
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
         w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
-        if self.p_value_permutations != self.n_permutations or self.block_size is not None:
-            val_p = F.validation_set(prep, splits, block_size=self.block_size,
-                                     n_permutations=self.p_value_permutations, rng=rng)
+        if not self.compute_p_value:
+            split_p = np.full(weights.shape[0], np.nan)
         else:
-            val_p = val
-        split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
+            if self.p_value_permutations != self.n_permutations or self.block_size is not None:
+                val_p = F.validation_set(prep, splits, block_size=self.block_size,
+                                         n_permutations=self.p_value_permutations, rng=rng)
+            else:
+                val_p = val
+            split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
         return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
                         split_p=split_p, train_ratio=train_ratio,
                         epochs=epochs, start=start.cpu().numpy())
@@ -627,7 +637,8 @@ class CVAggregation(_LambdaSelector):
         rngs = [np.random.default_rng(self.seed) for _ in preps]
         jobs = F.resolve_jobs(self.n_jobs) if preps[0].device.type == "cpu" else 1
         parts = F.batch_slices(len(preps), cv_size or len(preps), jobs)
-        labels = self._moment_labels(*preps[0].shape[:2]) if self.block_size is None else None
+        labels = self._moment_labels(*preps[0].shape[:2]) \
+            if self.block_size is None and self.compute_p_value else None
 
         def fit_part(part: slice) -> list[Selection]:
             candidates = self._lambda_candidates_many(preps[part])

@@ -21,7 +21,9 @@ def test_fit_many_on_cuda_equals_the_cpu():
         if k % 2:
             y[:, k % 33] += 1.0
         pairs.append((x, y))
-    fits = {device: CVAggregation(seed=0, device=device, **ENGINE_PART_PARAMS).fit_many(pairs)
+    # with the p-value the engine part skips, so that the permutation tests run on CUDA too
+    params = {**ENGINE_PART_PARAMS, "compute_p_value": True}
+    fits = {device: CVAggregation(seed=0, device=device, **params).fit_many(pairs)
             for device in ("cpu", "cuda")}
     for cpu, gpu in zip(fits["cpu"], fits["cuda"], strict=True):
         assert gpu.device.startswith("cuda")

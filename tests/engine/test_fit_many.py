@@ -129,3 +129,25 @@ def test_auto_device_without_a_gpu_fits_on_the_cpu():
         pytest.skip("a GPU is here")
     fit = CVAggregation(**{**QUICK, "device": "auto"}).fit_many(_pairs(2))
     assert all(f.device == "cpu" for f in fit)
+
+
+@pytest.mark.parametrize("block_size", [None, 5])
+def test_without_p_value_the_fit_is_the_same(block_size):
+    """compute_p_value=False (the live engine part, calibrated on its history): no split or
+    moment permutation test, p-value NaN and nothing selected; scores, candidates,
+    validation ratios and gate p-values those of the full fit, batched (bit-equal) or alone
+    (a single fit rounds differently from a batch)."""
+    pairs = _pairs(3, seed=6)
+    quick = {**QUICK, "dtype": "float64", "block_size": block_size}
+    full = CVAggregation(seed=2, **quick).fit_many(pairs)
+    bare_sel = CVAggregation(seed=2, compute_p_value=False, **quick)
+    batched = bare_sel.fit_many(pairs)
+    for a, b in zip(full, batched, strict=True):
+        np.testing.assert_array_equal(a.scores, b.scores)
+    for bare in (batched, [bare_sel.fit(x, y) for x, y in pairs]):
+        for a, b in zip(full, bare, strict=True):
+            assert np.isnan(b.p_value) and b.selected == [] and b.p_value_parts == {}
+            assert a.candidates == b.candidates
+            for got, want in ((b.scores, a.scores), (b.details["val_ratio"], a.details["val_ratio"]),
+                              (b.details["gate_p_values"], a.details["gate_p_values"])):
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
