@@ -305,7 +305,7 @@ class Inspector:
         batched program (``fit_many``)."""
         from engine.live.engine_power import validation_power
 
-        fits = self.fit_engine_many(times, read_window)
+        fits = self.fit_engine_many(times, read_window, p_values=False)
         out: list[HistoryValue | None] = []
         for t in times:
             prepared = fits.get(t)
@@ -318,12 +318,13 @@ class Inspector:
             out.append((prepared.detection.value, power))
         return out
 
-    def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow
-                        ) -> dict[datetime, Prepared]:
+    def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow, *,
+                        p_values: bool = True) -> dict[datetime, Prepared]:
         """The windows, the detection and the engine part's fit at each of ``times``
         whose windows can give the detection (calibrated rule), the engine fits in one
-        batched program."""
-        return prepare_many([(self, times, read_window)])[0]
+        batched program (``p_values=False``: history values, the fits without their own
+        p-value)."""
+        return prepare_many([(self, times, read_window)], p_values=p_values)[0]
 
     def detect_windows(self, times: Sequence[datetime], read_window: ReadWindow
                        ) -> dict[datetime, Prepared]:
@@ -340,14 +341,16 @@ class Inspector:
         return out
 
 
-def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]]
-                 ) -> list[dict[datetime, Prepared]]:
+def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]], *,
+                 p_values: bool = True) -> list[dict[datetime, Prepared]]:
     """The first pass of the calibrated rule for several sites at once: for each
     ``(inspector, times, read_window)``, the windows, detection and engine-part fit at each
     time (:meth:`Inspector.fit_engine_many`), the engine fits of all sites whose engine
     part is configured alike in ONE ``fit_many`` (sites due at the same hour share a
     batch; pairs of one shape share its optimiser passes). None of it depends on a
-    decision, so each site's results equal its inspections run one by one."""
+    decision, so each site's results equal its inspections run one by one.
+    ``p_values=False`` (history values: only the statistic is kept): the engine fits skip
+    their own permutation p-value, which only a firing result reports."""
     from engine.live.engine_power import residual_pair
 
     detected = [inspector.detect_windows(times, read) for inspector, times, read in work]
@@ -359,7 +362,7 @@ def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]
     for members in groups.values():
         engine, rows = work[members[0]][0].engine, work[members[0]][0].decision.engine_rows
         pairs = [residual_pair(p.detection, rows) for i in members for p in detected[i].values()]
-        fits = iter(engine_part_selector(engine).fit_many(  # type: ignore[attr-defined]
+        fits = iter(engine_part_selector(engine, p_value=p_values).fit_many(  # type: ignore[attr-defined]
             pairs, errors="return"))
         for i in members:
             detected[i] = {t: replace(p, engine_fit=next(fits)) for t, p in detected[i].items()}

@@ -61,17 +61,19 @@ def _history_span(values: int, cal: Any) -> str:
     return "0s" if not span else format_duration(span)
 
 
-def engine_part_selector(engine: EngineSettings) -> Selector:
+def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Selector:
     """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
     rule and reports): the engine settings with
     :data:`~engine.live.engine_power.ENGINE_PART_PARAMS` over them (and
     :data:`~engine.live.engine_power.ENGINE_PART_DEFAULTS` under them): float64, so that a
     batched fit (the history) and a single one (each inspection, one per job on an
     executor) agree to 1e-14, not float32's 1e-6, and a history computed here or on a
-    cluster calibrates the same p-values."""
-    from engine.live.engine_power import ENGINE_PART_DEFAULTS, ENGINE_PART_PARAMS
+    cluster calibrates the same p-values. ``p_value=False``: for history values, whose fits
+    give only the statistic (:data:`~engine.live.engine_power.HISTORY_PARAMS`)."""
+    from engine.live.engine_power import ENGINE_PART_DEFAULTS, ENGINE_PART_PARAMS, HISTORY_PARAMS
 
-    params = {**ENGINE_PART_DEFAULTS, **dict(engine.params), **ENGINE_PART_PARAMS}
+    params = {**ENGINE_PART_DEFAULTS, **dict(engine.params), **ENGINE_PART_PARAMS,
+              **({} if p_value else HISTORY_PARAMS)}
     return replace(engine, method="cv-aggregation",
                    params=tuple(sorted(params.items()))).make_selector()
 

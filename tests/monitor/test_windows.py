@@ -266,3 +266,24 @@ def test_a_hole_in_the_data_is_an_incomplete_window_that_names_it():
         build_windows(readings(hole), T, SPEC)
     assert caught.value.covered == pytest.approx(2 / 6)
     assert "2024-03-09T19:00:00+00:00 to 2024-03-09T23:00:00+00:00" in str(caught.value)
+
+
+@pytest.mark.parametrize("how", ["before", "zscore", "none"])
+def test_complete_windows_skip_the_gap_handling_and_equal_it(monkeypatch, how):
+    """Windows where every sensor has every bin take a shortcut past the coverage checks
+    and the interpolation; they equal what the full path builds, value for value."""
+    import monitor.windows as W
+
+    start = T - pd.Timedelta(hours=6)
+    rows = (grid("a", start, 12, 10, minute_value) + grid("b", start, 12, 10, lambda t: 5.0)
+            + grid("c", start, 12, 30, lambda t: float(t.minute) - 20.0))
+    spec = WindowSpec(before=SPEC.before, after=SPEC.after, resample=SPEC.resample,
+                      normalise=how, min_coverage=0.5)
+    fast = build_windows(readings(rows), T, spec)
+    assert W._complete(fast.before_raw, fast.after_raw)  # the shortcut was taken
+    monkeypatch.setattr(W, "_complete", lambda before, after: False)
+    full = build_windows(readings(rows), T, spec)
+    for name in ("before_raw", "after_raw", "before", "after"):
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(full, name),
+                                      check_exact=True, check_column_type=False)
+    assert fast.data_quality == full.data_quality

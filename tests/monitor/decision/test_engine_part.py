@@ -124,6 +124,27 @@ def test_the_history_holds_both_statistics_from_batched_fits(cycle) -> None:
     assert single[1] == pytest.approx(values[-1][1], rel=1e-12)
 
 
+def test_history_fits_skip_the_p_value_that_only_a_firing_result_reports(cycle) -> None:
+    """A history value keeps only the statistic, so its fits run without their own
+    permutation p-value; an inspection's fits keep it (a firing result's ``engine``
+    block), and both give the same statistic, bit for bit."""
+    from engine.live.engine_power import validation_power
+
+    inspector = _inspector()
+    read = cached_reader(cycle)
+    times = history_times(inspector, CHANGE)[-3:]
+    decided = inspector.fit_engine_many(times, read)
+    history = inspector.fit_engine_many(times, read, p_values=False)
+    for t in times:
+        full, bare = decided[t].engine_fit, history[t].engine_fit
+        assert np.isfinite(full.p_value) and np.isnan(bare.p_value)
+        assert validation_power(bare.details) == validation_power(full.details)
+        assert list(bare.scores) == list(full.scores)
+    values = inspector.detect_many(times, read)
+    assert [v[1] for v in values] == [validation_power(decided[t].engine_fit.details)
+                                      for t in times]
+
+
 def test_the_combined_level_holds_on_a_null_streams_statistics() -> None:
     """Both statistics of a simulated network with no change, at every hour of ten days,
     put in random order (exchangeable, as calibration assumes): each value calibrated
