@@ -9,6 +9,7 @@ retrospective profile) and ``calibrated_rule.py`` (the live profile).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -53,6 +54,7 @@ PREFIT_TIMES = 168
 __all__ = ["PREFIT_TIMES", "SCHEMA", "DecisionSettings", "EngineSettings", "Inspector",
            "Outcome", "Selector", "fingerprint", "prepare_many", "read_span", "summarise"]
 
+@functools.cache
 def _version() -> str:
     try:
         from importlib.metadata import version

@@ -19,7 +19,7 @@ from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
 from engine.live.engine_power import ENGINE_STATISTIC
 from engine.live.residual_shift import STATISTIC
-from monitor.decision.sensor_rows import add_engine_scores, fill_sensor_rows
+from monitor.decision.sensor_rows import add_engine_scores, by_name, fill_sensor_rows
 from monitor.result import (
     CALIBRATED,
     DetectionBlock,
@@ -134,8 +134,8 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     z = {s: float(v) for s, v in det.z.items()}
     # what the sensor was expected to read over the after window: its raw mean less the
     # shift the statistic measured (profile, local level and common mode accounted for)
-    raw_after = w.after_raw.mean()
-    expected = {s: float(raw_after[s] - det.shift[s]) for s in labels}
+    raw_after, shift = by_name(w.after_raw.mean()), by_name(det.shift)
+    expected = {s: float(raw_after[s] - shift[s]) for s in labels}
     evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
     sel, power = engine_part(det, d, engine,
                              None if prepared is None else prepared.engine_fit)

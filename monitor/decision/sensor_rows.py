@@ -8,9 +8,17 @@ from monitor.result import InspectionResult, SensorScore, finite
 from monitor.summary import format_change, format_deviation
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from monitor.windows import Windows
 
 _f = finite  # value -> rounded float, None when not finite
+
+
+def by_name(values: pd.Series) -> dict[str, float]:
+    """A per-sensor Series as a dict by sensor name: a Series lookup per sensor and field
+    costs more than the rest of a result's rows."""
+    return {str(k): v for k, v in values.items()}
 
 
 def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
@@ -24,8 +32,8 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
     order = sorted(range(len(labels)),
                    key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
                                   -abs(z.get(labels[i], 0.0)), labels[i]))
-    mb, ma = w.before.mean(), w.after.mean()
-    rb, ra = w.before_raw.mean(), w.after_raw.mean()
+    mb, ma = by_name(w.before.mean()), by_name(w.after.mean())
+    rb, ra = by_name(w.before_raw.mean()), by_name(w.after_raw.mean())
     rows = []
     for r, i in enumerate(order):
         name = labels[i]
