@@ -365,8 +365,6 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     fill, normalisation); ``readings`` only name where the data ends when it ends inside
     the after window."""
     start, t, end = spec.bounds(t)
-    if _complete(before, after) and before.shape[1] >= spec.min_sensors:
-        return _complete_windows(before, after, t, spec)
     covered = after_covered(after)
     if covered < 1.0 and not before.empty and before.notna().any().any() \
             and not _continues_past(readings, end, spec):
@@ -378,11 +376,16 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
                                  "time"].max() if filled.any() else None)
         raise WindowIncomplete(covered, None if pd.isna(data_end) else data_end, end)
     sensors = sorted(set(before.columns) | set(after.columns))
-    before = before.reindex(columns=sensors)
-    after = after.reindex(columns=sensors)
-
-    cover_b = before.notna().mean() if sensors else pd.Series(dtype=float)
-    cover_a = after.notna().mean() if sensors else pd.Series(dtype=float)
+    # The bookkeeping in NumPy: a backfill builds hundreds of windows, and per-sensor
+    # pandas lookups cost more than the statistics. Reindexed only where the columns differ.
+    if list(before.columns) != sensors:
+        before = before.reindex(columns=sensors)
+    if list(after.columns) != sensors:
+        after = after.reindex(columns=sensors)
+    seen_b, seen_a = before.notna().to_numpy(), after.notna().to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):  # an empty window: NaN, as pandas
+        cover_b = dict(zip(sensors, seen_b.mean(axis=0) if sensors else [], strict=True))
+        cover_a = dict(zip(sensors, seen_a.mean(axis=0) if sensors else [], strict=True))
     dropped: list[str] = []
     reasons: dict[str, str] = {}
     for s in sensors:
@@ -395,10 +398,12 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
                 for w, c in low)
     kept = [s for s in sensors if s not in reasons]
     seen_before, seen_after = before, after  # every sensor's bins, for the hole check
-    before, after = before[kept], after[kept]
-    cells = before.size + after.size
-    missing = float((before.isna().sum().sum() + after.isna().sum().sum()) / cells) \
-        if cells else 1.0
+    if dropped:
+        before, after = before[kept], after[kept]
+        index = [i for i, s in enumerate(sensors) if s not in reasons]
+        seen_b, seen_a = seen_b[:, index], seen_a[:, index]
+    cells = seen_b.size + seen_a.size
+    missing = float(((~seen_b).sum() + (~seen_a).sum()) / cells) if cells else 1.0
     quality: dict[str, Any] = {
         "missing_fraction": round(missing, 6),
         "dropped_sensors": dropped,
@@ -421,34 +426,12 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
                    "windows.min_coverage")
         raise WindowError(why)
 
-    before_raw, after_raw = _fill(before), _fill(after)
+    # (interpolating a frame without a gap would only copy it)
+    before_raw = before if seen_b.all() else _fill(before)
+    after_raw = after if seen_a.all() else _fill(after)
     before_n, after_n, notes = normalise(before_raw, after_raw, spec.normalise)
     quality["unscaled_sensors"] = notes
     return Windows(t=t, spec=spec, before_raw=before_raw, after_raw=after_raw,
-                   before=before_n, after=after_n, data_quality=quality)
-
-
-def _complete(before: pd.DataFrame, after: pd.DataFrame) -> bool:
-    """Both windows hold the same sensors and a value in every bin (the common case)."""
-    return (before.columns.equals(after.columns) and before.columns.is_monotonic_increasing
-            and before.columns.is_unique and len(before.index) > 0
-            and len(after.index) > 0 and bool(before.notna().to_numpy().all())
-            and bool(after.notna().to_numpy().all()))
-
-
-def _complete_windows(before: pd.DataFrame, after: pd.DataFrame, t: pd.Timestamp,
-                      spec: WindowSpec) -> Windows:
-    """:func:`_windows_from_bins` where every sensor has every bin: nothing to drop or
-    fill, so its coverage checks and its interpolation are skipped (a backfill builds
-    hundreds of windows; the same windows, value for value)."""
-    sensors = list(before.columns)
-    quality: dict[str, Any] = {
-        "missing_fraction": 0.0, "dropped_sensors": [], "dropped_reasons": {},
-        "sensors_seen": len(sensors), "sensors_used": len(sensors), "unscaled_sensors": {},
-    }
-    before_n, after_n, notes = normalise(before, after, spec.normalise)
-    quality["unscaled_sensors"] = notes
-    return Windows(t=t, spec=spec, before_raw=before, after_raw=after,
                    before=before_n, after=after_n, data_quality=quality)
 
 

@@ -269,21 +269,26 @@ def test_a_hole_in_the_data_is_an_incomplete_window_that_names_it():
 
 
 @pytest.mark.parametrize("how", ["before", "zscore", "none"])
-def test_complete_windows_skip_the_gap_handling_and_equal_it(monkeypatch, how):
-    """Windows where every sensor has every bin take a shortcut past the coverage checks
-    and the interpolation; they equal what the full path builds, value for value."""
+def test_windows_without_a_gap_are_not_interpolated_and_equal_the_filled_ones(how):
+    """A window where every sensor has every bin is used as binned (interpolating it would
+    only copy it); one with a gap is interpolated. Either way the windows are what the
+    resampled, filled and normalised frames give, value for value."""
     import monitor.windows as W
 
     start = T - pd.Timedelta(hours=6)
     rows = (grid("a", start, 12, 10, minute_value) + grid("b", start, 12, 10, lambda t: 5.0)
             + grid("c", start, 12, 30, lambda t: float(t.minute) - 20.0))
+    gap = [r for r in rows if not (r[1] == "c" and r[0].startswith("2024-03-09T20"))]
     spec = WindowSpec(before=SPEC.before, after=SPEC.after, resample=SPEC.resample,
                       normalise=how, min_coverage=0.5)
-    fast = build_windows(readings(rows), T, spec)
-    assert W._complete(fast.before_raw, fast.after_raw)  # the shortcut was taken
-    monkeypatch.setattr(W, "_complete", lambda before, after: False)
-    full = build_windows(readings(rows), T, spec)
-    for name in ("before_raw", "after_raw", "before", "after"):
-        pd.testing.assert_frame_equal(getattr(fast, name), getattr(full, name),
-                                      check_exact=True, check_column_type=False)
-    assert fast.data_quality == full.data_quality
+    for data in (rows, gap):
+        frame = readings(data)
+        w = build_windows(frame, T, spec)
+        before = W._fill(resample_window(frame, start, T, spec.resample))
+        after = W._fill(resample_window(frame, T, T + spec.after, spec.resample))
+        want_b, want_a, _ = normalise(before, after, how)
+        for got, want in ((w.before_raw, before), (w.after_raw, after), (w.before, want_b),
+                          (w.after, want_a)):
+            pd.testing.assert_frame_equal(got, want, check_exact=True,
+                                          check_column_type=False)
+        assert w.data_quality["missing_fraction"] == (0.0 if data is rows else round(1 / 36, 6))
