@@ -208,6 +208,12 @@ def after_covered(after: pd.DataFrame) -> float:
     return (last + 1) / len(filled)
 
 
+def _divided(frame: pd.DataFrame, scale: np.ndarray) -> pd.DataFrame:
+    """``frame / scale`` column by column, without pandas' alignment (the same values)."""
+    return pd.DataFrame(frame.to_numpy(dtype=float) / scale, index=frame.index,
+                        columns=frame.columns)
+
+
 def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
               ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
     """Scale both windows; return (before, after, {sensor: why it was not scaled})."""
@@ -223,8 +229,8 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
         ok = usable(ref)
         for s in ref.index[~ok]:
             notes[s] = "before-window mean is zero or missing; left unscaled"
-        scale = ref.where(ok, 1.0)
-        return before / scale, after / scale, notes
+        scale = ref.where(ok, 1.0).to_numpy()
+        return _divided(before, scale), _divided(after, scale), notes
     if how == "first":
         out = []
         for name, frame in (("before", before), ("after", after)):

@@ -219,3 +219,18 @@ def test_robust_loadings_keep_one_sensors_step_off_the_others() -> None:
     # without outliers the robust loadings are the least-squares ones, nearly
     ls = clean @ direction
     assert np.abs(robust_loadings(clean, direction) - ls).max() < 0.05 * np.abs(ls).max()
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+@pytest.mark.parametrize("tz", ["UTC", None, "Europe/Berlin"])
+def test_profile_slots_are_the_calendar_hour_and_weekend(unit, tz):
+    """The profile's slots, computed from the epoch for UTC, are pandas' hour of day (plus
+    24 on Saturdays and Sundays), at every index unit, before 1970 too; other zones use
+    their local calendar."""
+    from engine.live.residual_shift import _slots
+
+    index = pd.date_range("1969-12-20", "1970-01-20", freq="37min", tz=tz).as_unit(unit)
+    hour, weekend = np.asarray(index.hour), np.asarray(index.day_of_week) >= 5
+    assert np.array_equal(_slots(index, "day"), hour)
+    assert np.array_equal(_slots(index, "week"), hour + 24 * weekend)
+    assert not _slots(index, "none").any()
