@@ -565,7 +565,12 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
             if tracker is None:
                 outcomes = inspector.run_many(chunk, read)
             else:
-                prepared = inspector.fit_engine_many(chunk, read)  # the first pass
+                # the first pass; the times observed and not written skip the engine
+                # fit's own p-value, which only a written firing result reports
+                silent = [t for t in chunk if t not in plan.emit]
+                shown = [t for t in chunk if t in plan.emit]
+                prepared = {**inspector.fit_engine_many(silent, read, p_values=False),
+                            **inspector.fit_engine_many(shown, read)}
                 outcomes = []
                 for t in chunk:  # the second: decisions, history and incidents in order
                     outcome = inspector.run(t, read, tracker.history_at(t),
