@@ -54,6 +54,7 @@ PREFIT_TIMES = 168
 __all__ = ["PREFIT_TIMES", "SCHEMA", "DecisionSettings", "EngineSettings", "Inspector",
            "Outcome", "Selector", "fingerprint", "prepare_many", "read_span", "summarise"]
 
+
 @functools.cache
 def _version() -> str:
     try:

@@ -88,7 +88,8 @@ def _slots(index: pd.DatetimeIndex, period: Period | bool) -> np.ndarray:
     if period == "none":
         return np.zeros(len(index), dtype=np.int64)
     if index.tz is None or str(index.tz) == "UTC":
-        # from the epoch's nanoseconds: the calendar fields cost more than the statistic
+        # from the epoch, in the index's unit: pandas' calendar fields cost more than the
+        # statistic
         hours = index.asi8 // (3600 * _PER_SECOND[index.unit])
         hour = hours % 24
         day_of_week = (hours // 24 + 3) % 7  # 1970-01-01 was a Thursday (Monday = 0)
