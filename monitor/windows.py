@@ -389,9 +389,8 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     if list(after.columns) != sensors:
         after = after.reindex(columns=sensors)
     seen_b, seen_a = before.notna().to_numpy(), after.notna().to_numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cover_b = dict(zip(sensors, seen_b.mean(axis=0) if sensors else [], strict=True))
-        cover_a = dict(zip(sensors, seen_a.mean(axis=0) if sensors else [], strict=True))
+    cover_b = dict(zip(sensors, seen_b.mean(axis=0) if sensors else [], strict=True))
+    cover_a = dict(zip(sensors, seen_a.mean(axis=0) if sensors else [], strict=True))
     dropped: list[str] = []
     reasons: dict[str, str] = {}
     for s in sensors:
