@@ -16,7 +16,13 @@ component the benches use, unchanged for the paper's six.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SETTINGS = ("shifted_means", "wider_variances", "narrower_variances", "laplace",
             "correlated_gaussian", "redundant_dirac")
@@ -95,3 +101,13 @@ def machine_load() -> str:
         return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
     except OSError:
         return "load average unavailable"
+
+
+def markdown_table(frame: pd.DataFrame, cell: Callable[[Any], str] = str) -> list[str]:
+    """The lines of a Markdown table of ``frame``: a header, the rule, a row per row, each
+    cell written by ``cell``."""
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |",
+             "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
+              for row in frame.itertuples(index=False)]
+    return lines

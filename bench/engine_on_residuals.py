@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench._common import machine_load
+from bench._common import machine_load, markdown_table
 
 log = logging.getLogger("bench.engine_on_residuals")
 _BESIDE = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -123,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
              ("Cells: hours from the onset to the first firing result (when it exists) / "
              "firings before the onset, for each `decision.engine_weight` w (w=0: the "
              "level part alone; engine alone: its p-value at the whole level, which no "
-             "setting uses), at the live level 1/720."), "",
-             "| " + " | ".join(frame.columns) + " |",
-             "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
+             "setting uses), at the live level 1/720."), "", *markdown_table(frame)]
     (OUT / "weights.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

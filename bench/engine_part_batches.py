@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from bench._common import machine_load
+from bench._common import machine_load, markdown_table
 
 log = logging.getLogger("bench.engine_part_batches")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -126,10 +126,7 @@ def main(argv: list[str] | None = None) -> int:
              f"d1's leak day with its replayed week: {len(pairs)} residual pairs "
              f"({pairs[0][0].shape[0]} vs {pairs[0][1].shape[0]} rows, "
              f"{pairs[0][0].shape[1]} sensors), one `fit_many` each, float64. Differences "
-             "are relative, against the first row."), "",
-             "| " + " | ".join(table.columns) + " |",
-             "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in table.itertuples(index=False)]
+             "are relative, against the first row."), "", *markdown_table(table)]
     (RESULTS / "engine_part_batches.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(table.to_string(index=False))
     return 0

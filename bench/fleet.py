@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bench._common import markdown_table as common_table
+
 OUT = Path(__file__).resolve().parent / "results" / "fleet"
 D1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "ltown-delay-dev" / "d1" \
     / "pressures.csv.gz"
@@ -156,10 +158,7 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
             return ""
         return f"{v:.3g}" if isinstance(v, float) else str(v)
 
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
-              for row in frame.itertuples(index=False)]
-    return lines
+    return common_table(frame, cell)
 
 
 # ------------------------------------------------------------------------------------------

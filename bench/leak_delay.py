@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 
 from bench._common import machine_load
+from bench._common import markdown_table as common_table
 
 log = logging.getLogger("bench.leak_delay")
 
@@ -325,11 +326,7 @@ def markdown_table(frame: pd.DataFrame) -> list[str]:
             return "yes" if v else "no"
         return str(v)
 
-    lines = ["| " + " | ".join(frame.columns) + " |",
-             "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |"
-              for row in frame.itertuples(index=False)]
-    return lines
+    return common_table(frame, cell)
 
 
 def _of(rows: list[dict], test: Any) -> tuple[int, int]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench._common import machine_load
+from bench._common import machine_load, markdown_table
 from bench.leak_delay import LIVE_AFTER, SHARED, utc
 
 log = logging.getLogger("bench.small_leak")
@@ -126,13 +126,6 @@ def scenario_rows(name: str) -> tuple[dict, list[dict]]:
     return row, cusum_rows
 
 
-def _table(rows: list[dict]) -> list[str]:
-    frame = pd.DataFrame(rows)
-    return (["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-            + ["| " + " | ".join(str(v) for v in r) + " |"
-               for r in frame.itertuples(index=False)])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", nargs="+", default=["d1", "d2", "d3", "d4"])
@@ -148,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     lines = [f"# bench.small_leak ({machine_load()})", "",
              "`python -m bench.small_leak " + " ".join(given) + "`", "",
-             "## The leak against the network", "", *_table(leaks), "",
-             "## A CUSUM over the hourly z", "", *_table(sums)]
+             "## The leak against the network", "", *markdown_table(pd.DataFrame(leaks)), "",
+             "## A CUSUM over the hourly z", "", *markdown_table(pd.DataFrame(sums))]
     (OUT / "small_leak.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

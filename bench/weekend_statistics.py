@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench._common import markdown_table
 from bench.engine_on_residuals import LEVEL, MIN_HISTORY, OUT, calibrated
 
 log = logging.getLogger("bench.weekend_statistics")
@@ -88,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
               "touches a weekend and for the others; then the smallest combined p-value on "
               "the first weekend after calibration began (the history then holds weekdays "
               "alone) and on the weekdays before it, against the alert level."), "",
-             "| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(str(v) for v in r) + " |" for r in frame.itertuples(index=False)]
+             *markdown_table(frame)]
     (RESULTS / "weekend_statistics.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -232,6 +232,13 @@ class _Selector:
                                      self.seed, self.kernel)
         return p, {"block": p}
 
+    @property
+    def _own_p_value_labels(self) -> bool:
+        """Whether the split p-values draw permutation labels of their own rather than
+        reuse the gate's (another count, or whole blocks); never without a p-value."""
+        return self.compute_p_value and (self.p_value_permutations != self.n_permutations
+                                         or self.block_size is not None)
+
     def _moment_labels(self, n: int, m: int) -> torch.Tensor:
         """The moment test's permutation labels (B+1, n+m): a stream of their own (the
         splits' draws are unchanged by it), the same for every data set of n and m rows."""
@@ -354,8 +361,7 @@ class _Selector:
         gate_labels = F.validation_labels(splits, block_size=None,
                                           n_permutations=self.n_permutations, rng=rng)
         p_labels = gate_labels
-        if self.compute_p_value and (self.p_value_permutations != self.n_permutations
-                                     or self.block_size is not None):
+        if self._own_p_value_labels:
             p_labels = F.validation_labels(splits, block_size=self.block_size,
                                            n_permutations=self.p_value_permutations, rng=rng)
         for other in rngs[1:]:  # each stream ends where a fit of its own leaves it
@@ -449,14 +455,11 @@ class _Selector:
         # power), so each split p-value stays exactly valid.
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
         w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
-        if not self.compute_p_value:
-            split_p = np.full(weights.shape[0], np.nan)
-        else:
-            if self.p_value_permutations != self.n_permutations or self.block_size is not None:
-                val_p = F.validation_set(prep, splits, block_size=self.block_size,
-                                         n_permutations=self.p_value_permutations, rng=rng)
-            else:
-                val_p = val
+        split_p = np.full(weights.shape[0], np.nan)
+        if self.compute_p_value:
+            val_p = F.validation_set(prep, splits, block_size=self.block_size,
+                                     n_permutations=self.p_value_permutations, rng=rng) \
+                if self._own_p_value_labels else val
             split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
         return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
                         split_p=split_p, train_ratio=train_ratio,
