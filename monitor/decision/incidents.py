@@ -19,10 +19,9 @@ entered the first three named, or the p-value fell tenfold since the last event)
 ``resolved`` or none. Sinks publish on events, not at every inspection (docs/result.md,
 "Incidents").
 
-Several incidents may be open at once: a firing on sensors an open incident does not
-name, whose onset comes more than an after window and a local level (40 h) past that
-incident's, is a new change
-and opens its own incident (:func:`is_new_change`). Each incident resolves on its own
+Several incidents may be open at once: a firing on sensors that did not fire for an open
+incident, whose onset comes more than an after window and a local level (40 h) past that
+incident's, is a new change and opens its own incident (:func:`is_new_change`). Each incident resolves on its own
 sensors; a result carries at most one event (the tracker lets a second resolution wait
 for the next result).
 
@@ -198,12 +197,14 @@ def hold(current: Incident, t: str, back: bool | None) -> Incident:
 def is_new_change(current: Incident, fired: list[str], onset_low: str | None,
                   horizon: timedelta) -> bool:
     """Whether a firing while ``current`` is open is a change of its own (docs/decision.md,
-    "Several incidents at once"): none of the sensors it ``fired`` on is named by
-    ``current``, and its onset interval begins more than ``horizon`` (the tracker's: an
-    after window plus the local level) past the end of ``current``'s (its start when it
-    has no onset). A later firing of the same change that selects a further sensor has
-    its onset where the incident's is, and joins it."""
-    if onset_low is None or set(fired) & set(current.sensors + current.fired):
+    "Several incidents at once"): none of the sensors it ``fired`` on fired for
+    ``current`` before (being ranked among its first three is not enough: there a
+    sensor can stand for noise, or for the first change seen through the common mode),
+    and its onset interval begins more than ``horizon`` (the tracker's: an after window
+    plus the local level) past the end of ``current``'s (its start when it has no
+    onset). A later firing of the same change that selects a further sensor has its
+    onset where the incident's is, and joins it."""
+    if onset_low is None or set(fired) & set(current.fired):
         return False
     end = current.onset_high or current.onset or current.started
     return parse_time(onset_low) - parse_time(end) > horizon

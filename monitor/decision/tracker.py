@@ -189,16 +189,16 @@ class SiteTracker:
             current = self._owner(fired)
             if current is None:
                 onset = self._freeze(result, t, fired, read_window, reference=False)
-                newest = self.open_incidents[-1]
-                if is_new_change(newest, fired, onset.get("onset_low"), self._horizon()):
+                nearest = self._naming(fired) or self.open_incidents[-1]
+                if is_new_change(nearest, fired, onset.get("onset_low"), self._horizon()):
                     extra = self._freeze(result, t, fired, read_window)
                     current = opened(result, **extra)
                     self.open_incidents.append(current)
                     log.info("incident %s: a new change on %s (onset %s) while %s is open",
-                             current.id, ", ".join(fired), extra.get("onset"), newest.id)
+                             current.id, ", ".join(fired), extra.get("onset"), nearest.id)
                     event, about = "opened", current
                 else:
-                    current = newest
+                    current = nearest
             if event is None:
                 nxt, event, about = advance(current, result, self.incidents)
                 self._put(current.id, nxt)
@@ -256,9 +256,17 @@ class SiteTracker:
         return spec.after + spec.resample * self.inspector.decision.detector.local_level_rows
 
     def _owner(self, fired: list[str]) -> Incident | None:
-        """The newest open incident that names one of the ``fired`` sensors."""
+        """The newest open incident that one of the ``fired`` sensors fired for before."""
         for incident in reversed(self.open_incidents):
-            if set(fired) & set(incident.sensors + incident.fired):
+            if set(fired) & set(incident.fired):
+                return incident
+        return None
+
+    def _naming(self, fired: list[str]) -> Incident | None:
+        """The newest open incident that names one of the ``fired`` sensors (among the
+        first ranked at a firing, without having fired on its own)."""
+        for incident in reversed(self.open_incidents):
+            if set(fired) & set(incident.sensors):
                 return incident
         return None
 

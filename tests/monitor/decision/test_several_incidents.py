@@ -38,8 +38,12 @@ def test_a_new_change_needs_other_sensors_and_a_later_onset() -> None:
     assert not is_new_change(old, ["s09"], "2026-01-18T05:00:00+00:00", horizon)
     # within the horizon of the incident's onset: taken for its consequence
     assert not is_new_change(old, ["s09"], "2026-01-19T21:00:00+00:00", horizon)
-    # a sensor the incident names: its own change
-    assert not is_new_change(old, ["s05", "s09"], "2026-01-20T00:00:00+00:00", horizon)
+    # a sensor that fired for the incident: its own change
+    assert not is_new_change(old, ["s04", "s09"], "2026-01-20T00:00:00+00:00", horizon)
+    # a sensor it only ranks among its first three (noise, or the first change through
+    # the common mode) does not make a later change its own
+    assert is_new_change(old, ["s05", "s09"], "2026-01-20T00:00:00+00:00", horizon)
+    assert not is_new_change(old, ["s05"], "2026-01-18T05:00:00+00:00", horizon)
     assert not is_new_change(old, ["s09"], None, horizon)  # no onset: cannot tell
     # an incident without an onset counts from its start
     bare = _incident(onset=None, onset_low=None, onset_high=None)
