@@ -137,6 +137,20 @@ def test_data_that_begins_inside_the_before_window_is_incomplete():
     assert "inspections from 2020-03-09T12:05:00+00:00 on" in str(caught.value)
 
 
+def test_no_flat_start_is_invented_where_the_data_begins_inside_the_before_window():
+    """Covered above min_coverage (60 % of the bins) but begun late: the first readings
+    are not carried back over the empty 40 %; a start of two empty bins still is."""
+    readings = _seconds("2020-03-09T12:00:00", "2020-03-09T12:10:00")
+    late = pd.Timestamp("2020-03-09T12:03:00Z")  # before window from 11:58:00
+    with pytest.raises(WindowBeforeData) as caught:
+        build_windows(readings, late.to_pydatetime(), SPEC)
+    assert "(60% of its bins)" in str(caught.value)
+    assert "inspections from 2020-03-09T12:05:00+00:00 on" in str(caught.value)
+    nearly = pd.Timestamp("2020-03-09T12:05:04Z")  # 2 of 150 bins before the data
+    w = build_windows(readings, nearly.to_pydatetime(), SPEC)
+    assert len(w.before_raw) == 150 and not w.before_raw.isna().any().any()
+
+
 def test_a_hole_of_a_minute_over_the_after_window_is_incomplete():
     readings = _seconds("2020-03-09T12:00:00", "2020-03-09T12:10:00",
                         gap=("2020-03-09T12:06:00", "2020-03-09T12:07:04"))

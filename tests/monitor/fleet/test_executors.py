@@ -136,7 +136,10 @@ def test_a_batch_reads_its_span_once_and_gives_one_job_per_time() -> None:
                                          "params": {"n_splits": 3}}})
     inspector = build_inspector(config)
     settings = InspectorSettings.of(inspector)
-    frame, _ = simulate(Scenario(days=9, change_at="2026-01-08T07:00:00Z", seed=4))
+    # from a week before the first window: a before window the data begins inside is
+    # incomplete (nothing is carried back over it)
+    frame, _ = simulate(Scenario(start="2026-01-01T00:00:00Z", days=13,
+                                 change_at="2026-01-08T07:00:00Z", seed=4))
     read, asked = _counting(cached_reader(frame))
     times = [datetime(2026, 1, 8, h, tzinfo=UTC) for h in (9, 6, 12)]
     batch = InspectionBatch.with_windows(settings, times, read)
