@@ -30,8 +30,9 @@ as the result, so a restart neither loses nor repeats an event.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
 
@@ -74,10 +75,10 @@ class Incident:
     fired: list[str] = field(default_factory=list)  # sensors that fired on their own
 
     def to_dict(self) -> dict[str, Any]:
-        """The incident block of a result (without the frozen reference's arrays)."""
-        out = asdict(self)
-        for key in PRIVATE:
-            out.pop(key, None)
+        """The incident block of a result (without the frozen reference's arrays, which
+        are not copied first: ``asdict`` of the whole incident cost 5 ms a result)."""
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)
+               if f.name not in PRIVATE}
         for key in OPTIONAL:
             if out.get(key) is None:
                 out.pop(key, None)
