@@ -203,8 +203,20 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     """Interpolate gaps inside one window, carrying a sensor's edge values outward. Only
     ever called on windows the data covers to their last bin (:func:`after_covered`), so a
     carried edge bridges one sensor's gap inside the data, never the time past it; how
-    much is filled is capped by ``min_coverage``."""
-    return frame.interpolate(method="linear", limit_direction="both", axis=0)
+    much is filled is capped by ``min_coverage``.
+
+    Linear in the row position with the edges carried, as pandas' ``interpolate(method=
+    "linear", limit_direction="both")``, whose NumPy ``interp`` it calls directly (bit-equal,
+    at a fraction of the per-window cost of a backfill's hundreds of windows)."""
+    values = frame.to_numpy(dtype=float, copy=True)
+    position = np.arange(len(values), dtype=float)
+    for j in range(values.shape[1]):
+        column = values[:, j]  # a view: filled in place
+        known = ~np.isnan(column)
+        if known.all() or not known.any():
+            continue  # nothing to fill, or nothing to fill from (left as pandas leaves it)
+        column[~known] = np.interp(position[~known], position[known], column[known])
+    return pd.DataFrame(values, index=frame.index, columns=frame.columns)
 
 
 def after_covered(after: pd.DataFrame) -> float:

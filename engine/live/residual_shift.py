@@ -105,10 +105,14 @@ def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.nda
     """Mean of the rows of ``x`` (n, D) in each slot, (n_slots, D), in one pass; a slot
     without values takes ``fallback`` ((n_slots, D) or (D,))."""
     finite = np.isfinite(x)
-    sums = np.zeros((n_slots, x.shape[1]))
-    counts = np.zeros((n_slots, x.shape[1]))
-    np.add.at(sums, slots, np.where(finite, x, 0.0))
-    np.add.at(counts, slots, finite)
+    # one bincount over (slot, sensor) cells: each cell sums its rows in row order, as
+    # np.add.at does, at a tenth of its cost
+    d = x.shape[1]
+    cells = (slots[:, None] * d + np.arange(d)).ravel()
+    sums = np.bincount(cells, np.where(finite, x, 0.0).ravel(),
+                       minlength=n_slots * d).reshape(n_slots, d)
+    counts = np.bincount(cells, finite.ravel().astype(float),
+                         minlength=n_slots * d).reshape(n_slots, d)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / counts, fallback)
 
