@@ -19,7 +19,12 @@ from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
 from engine.live.engine_power import ENGINE_STATISTIC
 from engine.live.residual_shift import STATISTIC
-from monitor.decision.sensor_rows import add_engine_scores, by_name, fill_sensor_rows
+from monitor.decision.sensor_rows import (
+    add_engine_scores,
+    by_name,
+    fill_sensor_rows,
+    means_by_name,
+)
 from monitor.result import (
     CALIBRATED,
     DetectionBlock,
@@ -134,7 +139,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     z = {s: float(v) for s, v in det.z.items()}
     # what the sensor was expected to read over the after window: its raw mean less the
     # shift the statistic measured (profile, local level and common mode accounted for)
-    raw_after, shift = by_name(w.after_raw.mean()), by_name(det.shift)
+    raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)
     expected = {s: float(raw_after[s] - shift[s]) for s in labels}
     evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
     sel, power = engine_part(det, d, engine,

@@ -21,6 +21,14 @@ def by_name(values: pd.Series) -> dict[str, float]:
     return {str(k): v for k, v in values.items()}
 
 
+def means_by_name(frame: pd.DataFrame) -> dict[str, float]:
+    """Each column's mean of a window, by sensor name (``frame.mean()``, bit-equal)."""
+    from monitor.windows import column_means  # pandas and NumPy load with an inspection
+
+    return {str(k): float(v) for k, v in zip(frame.columns, column_means(frame),
+                                            strict=True)}
+
+
 def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
                      z: dict[str, float] | None = None,
@@ -32,8 +40,8 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
     order = sorted(range(len(labels)),
                    key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
                                   -abs(z.get(labels[i], 0.0)), labels[i]))
-    mb, ma = by_name(w.before.mean()), by_name(w.after.mean())
-    rb, ra = by_name(w.before_raw.mean()), by_name(w.after_raw.mean())
+    mb, ma = means_by_name(w.before), means_by_name(w.after)
+    rb, ra = means_by_name(w.before_raw), means_by_name(w.after_raw)
     rows = []
     for r, i in enumerate(order):
         name = labels[i]
