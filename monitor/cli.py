@@ -211,9 +211,11 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
 
 def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
     """``backfill --data --every DUR`` finer than the profile's schedule (a 5-second
-    cadence on one-second data): the agent replayed is one inspecting every DUR, and the
-    decision's durations derive from that cadence. A coarser ``--every`` keeps writing a
-    subset of the schedule's times, and a ``--config`` keeps its agent's schedule."""
+    cadence on one-second data): the agent replayed is one inspecting every DUR from
+    ``--start`` (its times are the ones written, so its incident events are written too;
+    on the epoch's grid they fell between them), and the decision's durations derive from
+    that cadence. A coarser ``--every`` keeps writing a subset of the schedule's times,
+    and a ``--config`` keeps its agent's schedule."""
     from connectors.timeutil import parse_duration
     from monitor.config import PROFILES
 
@@ -228,6 +230,8 @@ def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
     default = (profile.get("schedule") or {}).get("every")
     if default is not None and step < parse_duration(default):
         raw["schedule"] = {"every": every}
+        if getattr(args, "start", None):
+            raw["schedule"]["start"] = args.start
 
 
 def _pick_site(config: Any, args: argparse.Namespace) -> Any:
