@@ -122,7 +122,7 @@ LOOKAHEAD_BINS = 4
 #: 1-8 later, the first values of the calibration's history, and its alert threshold
 #: 300-1,600 (issue 29; bench.skab). On 8 simulated AR(1) sensors (one reading a second,
 #: 60 inspections) a flat start of 33 % and 49 % of the window raised the statistic's mean
-#: from 4.8 to 6.8 and 11 (its largest from 12 to 20 and 39); up to 20 % it moved by 3 %
+#: from 4.8 to 6.8 and 11 (its largest from 12 to 20 and 39); up to 20 % it moved by 6 %
 #: at most. A hole of a few bins at the start is still filled.
 LEADING_EMPTY_SHARE = 0.1
 
