@@ -11,14 +11,14 @@ Nothing is invented past the data: an after window that reaches beyond the newes
 :class:`WindowIncomplete`, with the share of it the data covers. Empty last bins followed
 by data are a hole inside the data (a skipped second at a fine cadence) and are filled
 like any other gap; a hole across all sensors in most of a window raises
-:class:`WindowHole` (an incomplete inspection that names it). Nor before the data: a
-before window whose first bins hold no reading of any sensor, more than
-:data:`LEADING_EMPTY_SHARE` of it (the data begins inside it), raises
-:class:`WindowBeforeData`: carrying the first readings back over them would invent a flat
-stretch, whose small spread the statistics read as the site's normal variation. The agent waits for such
-a window; a one-shot command ends that time as ``incomplete``. Filling happens only inside
-windows the data covers, and is capped by ``min_coverage`` (a sensor with data in fewer
-bins is dropped, not filled).
+:class:`WindowHole` (an incomplete inspection that names it). The agent waits for such
+a window; a one-shot command ends that time as ``incomplete``. Nor is anything invented
+before the data: a before window whose first bins hold no reading of any sensor, more
+than :data:`LEADING_EMPTY_SHARE` of it (the data begins inside it), raises
+:class:`WindowBeforeData`, since carrying the first readings back over them would make a
+flat stretch whose small spread the statistics read as the site's normal variation.
+Filling happens only inside windows the data covers, and is capped by ``min_coverage`` (a
+sensor with data in fewer bins is dropped, not filled).
 
 Normalisation (``normalise``):
 
@@ -209,8 +209,9 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     much is filled is capped by ``min_coverage``.
 
     Linear in the row position with the edges carried, as pandas' ``interpolate(method=
-    "linear", limit_direction="both")``, whose NumPy ``interp`` it calls directly (bit-equal,
-    at a fraction of the per-window cost of a backfill's hundreds of windows)."""
+    "linear", limit_direction="both")``, whose NumPy ``interp`` it calls directly
+    (bit-equal, at a fraction of the per-window cost of a backfill's hundreds of
+    windows)."""
     values = frame.to_numpy(dtype=float, copy=True)
     position = np.arange(len(values), dtype=float)
     for j in range(values.shape[1]):
@@ -262,8 +263,8 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
 
     if how == "before":
         # In NumPy: a backfill normalises hundreds of windows, and pandas' per-call cost
-        # was most of it
-        ref = np.abs(column_means(before))  # |mean| keeps the direction of a change readable
+        # was most of it. |mean| keeps the direction of a change readable.
+        ref = np.abs(column_means(before))
         ok = np.isfinite(ref) & (ref != 0)
         for s in before.columns[~ok]:
             notes[s] = "before-window mean is zero or missing; left unscaled"

@@ -21,9 +21,9 @@ entered the first three named, or the p-value fell tenfold since the last event)
 
 Several incidents may be open at once: a firing on sensors that did not fire for an open
 incident, whose onset comes more than an after window and a local level (40 h) past that
-incident's, is a new change and opens its own incident (:func:`is_new_change`). Each incident resolves on its own
-sensors; a result carries at most one event (the tracker lets a second resolution wait
-for the next result).
+incident's, is a new change and opens its own incident (:func:`is_new_change`). Each
+incident resolves on its own sensors; a result carries at most one event (the tracker lets
+a second resolution wait for the next result).
 
 The agent keeps the open incident in its state database, written in the same transaction
 as the result, so a restart neither loses nor repeats an event.
