@@ -211,13 +211,11 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
 
 def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
     """``backfill --data --every DUR`` finer than the profile's schedule (a 5-second
-    cadence on one-second data): the agent replayed is one inspecting every DUR from
-    ``--start`` (its times are the ones written, so its incident events are written too;
-    on the epoch's grid they fell between them), and the decision's durations derive from
+    cadence on one-second data): the agent replayed is one inspecting every DUR (on
+    ``--start``'s phase: :func:`_backfill_plan`), and the decision's durations derive from
     that cadence. A coarser ``--every`` keeps writing a subset of the schedule's times,
     and a ``--config`` keeps its agent's schedule."""
     from connectors.timeutil import parse_duration
-    from monitor.config import PROFILES
 
     every = getattr(args, "every", None)
     if not every or args.config is not None or raw.get("schedule"):
@@ -226,12 +224,17 @@ def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
         step = parse_duration(every)
     except ValueError:
         return  # cmd_backfill reports it
-    profile = PROFILES.get(str(raw.get("profile", "live")), {})
-    default = (profile.get("schedule") or {}).get("every")
-    if default is not None and step < parse_duration(default):
+    if _finer_than_the_profile(str(raw.get("profile", "live")), step):
         raw["schedule"] = {"every": every}
-        if getattr(args, "start", None):
-            raw["schedule"]["start"] = args.start
+
+
+def _finer_than_the_profile(profile: str, step: Any) -> bool:
+    """Whether ``step`` is finer than the profile's own schedule interval (none: cron)."""
+    from connectors.timeutil import parse_duration
+    from monitor.config import PROFILES
+
+    default = (PROFILES.get(profile, {}).get("schedule") or {}).get("every")
+    return default is not None and step < parse_duration(default)
 
 
 def _pick_site(config: Any, args: argparse.Namespace) -> Any:
@@ -477,6 +480,8 @@ def _backfill_plan(config: Any, inspector: Any, read: Any, start: Any, end: Any,
     """The site's :class:`~monitor.fleet.backfill.BackfillPlan`: the times written (the
     schedule's between --start and --end, or --every's), and under the calibrated rule the
     agent's schedule replayed from its first inspection time (:func:`_agent_anchor`)."""
+    from datetime import UTC, datetime
+
     from monitor.fleet.backfill import plan_backfill
     from monitor.schedule import InspectionPlan
 
@@ -486,7 +491,18 @@ def _backfill_plan(config: Any, inspector: Any, read: Any, start: Any, end: Any,
     if not inspector.calibrated:
         return plan_backfill(outputs, None, None)
     anchor = _agent_anchor(config, inspector, read, from_config)
-    plan = plan_backfill(outputs, InspectionPlan.from_config(config.schedule), anchor)
+    schedule = InspectionPlan.from_config(config.schedule)
+    if (not from_config and every is not None and config.schedule.every == every
+            and config.schedule.start is None
+            and _finer_than_the_profile(config.profile, every)):
+        # the schedule --every set (_finer_schedule): on --start's phase, so that the
+        # agent's times are the ones written (from the source's start, as before). On the
+        # epoch's grid, from a --start off it (SKAB's :31), every written time was a probe
+        # between the agent's, and an incident's events, raised at those, were never written.
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        schedule = InspectionPlan(every=every, start=epoch + (start - epoch) % every,
+                                  timezone=config.schedule.timezone)
+    plan = plan_backfill(outputs, schedule, anchor)
     if plan.times:
         log.info("backfill of %s: the agent's decisions replayed from %s (%d time(s) before "
                  "or between the ones written)", inspector.site, plan.times[0].isoformat(),

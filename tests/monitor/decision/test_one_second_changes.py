@@ -74,3 +74,21 @@ def test_a_second_change_three_minutes_after_the_first_is_seen(tmp_path: Path,
     assert abs(pd.Timestamp(opened[1]["onset"]) - SECOND) <= pd.Timedelta(seconds=30)
     assert two["incident"]["id"] == opened[1]["id"] != opened[0]["id"]
     assert {i["id"] for i in two["open_incidents"]} == {i["id"] for i in opened}
+
+
+def test_a_later_span_replays_the_agent_from_the_data_start(tmp_path: Path) -> None:
+    """The agent's times are on --start's phase, and still from the source's start: a
+    span written late in the file is calibrated from its first time."""
+    data, out = tmp_path / "pump.csv", tmp_path / "results.jsonl"
+    _stream(data, 0)
+    late = START + pd.Timedelta(minutes=20, seconds=3)
+    assert main(["backfill", "--data", str(data), "--start", late.isoformat(),
+                 "--end", (late + pd.Timedelta(seconds=20)).isoformat(), *OPTIONS,
+                 "--out", str(out)]) == 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["inspection_time"][14:19] for r in results] == ["20:03", "20:08", "20:13",
+                                                             "20:18", "20:23"]
+    # replayed from the first window the data covers (10:04:33), every 5 s: the values
+    # until the first change's incident opened at 10:12 (none joins while it is open)
+    assert all(r["status"] in ("ok", "firing") for r in results)
+    assert results[0]["detection"]["history_n"] > 60
