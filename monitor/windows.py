@@ -364,16 +364,8 @@ def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec
     """Too few sensors kept because the DATA has a hole (from a window's first reading on,
     no sensor has a reading in more than ``1 - min_coverage`` of its bins), not because
     sensors are missing: :class:`WindowHole`, an incomplete inspection naming the hole.
-    A before window whose readings begin too late for its coverage (the data begins
-    inside it) is :class:`WindowBeforeData`, incomplete too."""
+    (Data that begins inside the before window is :func:`_raise_on_a_late_start`'s.)"""
     seen_before = before.notna().any(axis=1).to_numpy()
-    if after.notna().any().any() and not before.empty:
-        first = int(np.argmax(seen_before)) if seen_before.any() else len(seen_before)
-        if 1 - first / len(seen_before) < spec.min_coverage:
-            start = (before.index[first] if first < len(seen_before)
-                     else after.notna().any(axis=1).idxmax())
-            raise WindowBeforeData(1 - first / len(seen_before), pd.Timestamp(start),
-                                   pd.Timestamp(start) + pd.Timedelta(spec.before))
     if continues and not after.empty and not after.notna().any().any() \
             and seen_before.any():
         # nothing in the after window, readings before and past it: a hole of its length
@@ -391,18 +383,26 @@ def _raise_on_a_hole(before: pd.DataFrame, after: pd.DataFrame, spec: WindowSpec
             raise WindowHole(name, float(seen.mean()), empty[0], empty[-1] + spec.resample)
 
 
-def _raise_on_a_late_start(seen: np.ndarray, index: pd.Index, spec: WindowSpec) -> None:
-    """:class:`WindowBeforeData` when the before window's bins (``seen``: (bins, sensors),
-    whether each holds a reading) hold no reading of any sensor in more than
-    :data:`LEADING_EMPTY_SHARE` of the window from its start."""
-    any_sensor = np.asarray(seen.any(axis=1), dtype=bool)
-    if not any_sensor.any():
-        return  # nothing before t at all: the coverage checks below name it
-    first, bins = int(np.argmax(any_sensor)), any_sensor.size
-    if first / bins > LEADING_EMPTY_SHARE:
-        start = pd.Timestamp(index[first])
-        raise WindowBeforeData(1 - first / bins, start,
-                               start + pd.Timedelta(spec.before))
+def _raise_on_a_late_start(seen_b: np.ndarray, seen_a: np.ndarray, before_index: pd.Index,
+                           after_index: pd.Index, spec: WindowSpec) -> None:
+    """:class:`WindowBeforeData` when the data begins inside the before window: its bins
+    (``seen_b``: (bins, sensors), whether each holds a reading; ``seen_a`` the after
+    window's) hold no reading of any sensor in more than :data:`LEADING_EMPTY_SHARE` of
+    it from its start, or in more than ``min_coverage`` leaves, or none at all while the
+    after window has some."""
+    any_before = np.asarray(seen_b.any(axis=1), dtype=bool)
+    if any_before.any():
+        first, bins = int(np.argmax(any_before)), any_before.size
+        covered = 1 - first / bins
+        if first / bins <= LEADING_EMPTY_SHARE and covered >= spec.min_coverage:
+            return
+        start = pd.Timestamp(before_index[first])
+    elif seen_a.any():
+        covered = 0.0
+        start = pd.Timestamp(after_index[int(np.argmax(seen_a.any(axis=1)))])
+    else:
+        return  # no reading in either window: the coverage checks name it
+    raise WindowBeforeData(covered, start, start + pd.Timedelta(spec.before))
 
 
 def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Windows:
@@ -442,7 +442,7 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     if list(after.columns) != sensors:
         after = after.reindex(columns=sensors)
     seen_b, seen_a = before.notna().to_numpy(), after.notna().to_numpy()
-    _raise_on_a_late_start(seen_b, before.index, spec)
+    _raise_on_a_late_start(seen_b, seen_a, before.index, after.index, spec)
     cover_b = dict(zip(sensors, seen_b.mean(axis=0) if sensors else [], strict=True))
     cover_a = dict(zip(sensors, seen_a.mean(axis=0) if sensors else [], strict=True))
     dropped: list[str] = []

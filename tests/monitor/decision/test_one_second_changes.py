@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from monitor.cli import main
+from monitor.demo.simulate import _ar1
 
 START = pd.Timestamp("2026-03-02T10:00:00Z")
 FIRST = START + pd.Timedelta(minutes=12)  # s03 drops
@@ -21,14 +22,8 @@ OPTIONS = ["--resample", "2s", "--before", "5min", "--after", "30s", "--every", 
 
 def _stream(path: Path, seed: int) -> None:
     """Eight AR(1) sensors at one reading a second for 30 minutes, the two steps."""
-    rng = np.random.default_rng(seed)
-    n, d, phi = 30 * 60, 8, 0.8
-    noise = rng.normal(0.0, np.sqrt(1 - phi**2), (n, d))
-    x = np.empty((n, d))
-    x[0] = rng.normal(size=d)
-    for i in range(1, n):
-        x[i] = phi * x[i - 1] + noise[i]
-    x += np.arange(d) * 10.0
+    n, d = 30 * 60, 8
+    x = _ar1(np.random.default_rng(seed), n, 0.8, 1.0, d) + np.arange(d) * 10.0
     index = pd.date_range(START, periods=n, freq="1s")
     x[index >= FIRST, 2] -= STEP
     x[index >= SECOND, 5] += STEP
