@@ -179,6 +179,38 @@ class Reference:
         energy_z = (log_var - self.log_energy) / self.energy_spread
         return ReferenceCheck(self.columns, np.nan_to_num(z), np.nan_to_num(energy_z))
 
+    def recent_z(self, recent: pd.DataFrame, window: pd.DataFrame) -> np.ndarray:
+        """Per sensor (D,): the sliding statistic's ``z`` with the frozen model, (mean
+        residual of ``window`` (n_a, D) - mean residual of ``recent`` (the before window's
+        last ``local_level`` rows)) / the frozen spread; 0 where ``window`` is back nearer
+        the frozen level than ``recent`` was.
+
+        Why: once a change is inside the before window, the sliding statistic's spread
+        (every offset of the same comparison inside that window) holds the change's step,
+        and its ``z`` collapses (issue 29: 152, then 14.9 five seconds later). The frozen
+        spread was learned on normal data, so a second change while an incident is open
+        keeps its size. A return towards the reference is the repair the incident waits
+        for (:meth:`compare`), not a new change.
+
+        >>> import numpy as np, pandas as pd
+        >>> idx = pd.date_range("2024-01-01", periods=400, freq="2s")
+        >>> x = pd.DataFrame(np.random.default_rng(1).standard_normal((400, 6)),
+        ...                  index=idx, columns=list("abcdef"))
+        >>> ref = Reference.fit(x.iloc[:150], after_rows=15,
+        ...                     settings=DetectorSettings(local_level_rows=21, daily_profile=False))
+        >>> x.loc[x.index[300]:, "b"] += 5.0  # a change on b, 5 noise sd
+        >>> z = ref.recent_z(x.iloc[279:300], x.iloc[300:315])
+        >>> bool(z[1] > 10 and np.abs(np.delete(z, 1)).max() < 2)
+        True
+        >>> float(ref.recent_z(x.iloc[300:321], x.iloc[100:115])[1])  # b back: no change
+        0.0
+        """
+        now = self.residuals(window).mean(axis=0)
+        then = self.residuals(recent).mean(axis=0)
+        z = (now - then) / self.spread
+        away = np.abs(now - self.level) > np.abs(then - self.level)
+        return np.nan_to_num(np.where(away, z, 0.0))
+
     def expected(self, window: pd.DataFrame) -> pd.Series:
         """Each sensor's mean over ``window``'s rows as the frozen profile expects it, in
         source units (the profile of each row's slot, plus the frozen level)."""

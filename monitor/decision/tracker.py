@@ -178,6 +178,9 @@ class SiteTracker:
         event: str | None = None
         about: Incident | None = None
         owner: str | None = None
+        if (status == "ok" and self.open_incidents and read_window is not None
+                and self._fire_on_references(result, t, read_window)):
+            status = "firing"
         if status == "firing":
             fired = fired_sensors(result)
             if not self.open_incidents:
@@ -246,6 +249,46 @@ class SiteTracker:
             self._put(target.id, None)
             self._closed(closed, t)
         return closed
+
+    def _fire_on_references(self, result: dict[str, Any], t: datetime,
+                            read_window: ReadWindow) -> bool:
+        """Whether an open incident's frozen reference sees a new change at the ``ok``
+        ``result`` (:mod:`monitor.decision.reference_firing`); if so the result becomes
+        ``firing``, named by the reference, at the level part's threshold and share."""
+        from engine.live.calibration import TailFit
+        from engine.live.reference import Reference
+        from engine.live.residual_shift import DetectionError
+        from monitor.decision.reference_firing import mark_firing, reference_firing
+        from monitor.windows import WindowError
+
+        detection = result.get("detection") or {}
+        threshold = detection.get("threshold")
+        references = [(i.id, Reference.from_dict(i.reference))
+                      for i in self.open_incidents if i.reference]
+        if threshold is None or not references:
+            return False
+        try:
+            w = self._windows_at(t, read_window)
+            n_b, n_a = len(w.before_raw), len(w.after_raw)
+            local = max(1, min(self.inspector.decision.detector.local_level_rows,
+                               n_b - n_a - 1))
+            firing = reference_firing(references, w.before_raw.iloc[-local:], w.after_raw,
+                                      float(threshold))
+        except (WindowError, DetectionError) as exc:
+            log.warning("no check against the open incidents' references at %s (%s)",
+                        iso(t), exc)
+            return False
+        if firing is None:
+            return False
+        p_level = TailFit.of(self.history_at(t)[:, 0]).pvalue(firing.value)
+        engine = detection.get("engine") or {}
+        # the level part's share: all of the level while the engine part cannot vote
+        weight = float(engine.get("weight") or 0.0) if engine.get("p_value") is not None \
+            else 0.0
+        mark_firing(result, firing, min(1.0, p_level / (1.0 - weight)), p_level)
+        log.info("incident %s: its reference sees a new change at %s on %s",
+                 firing.incident_id, iso(t), ", ".join(firing.z))
+        return True
 
     def _horizon(self) -> timedelta:
         """How long after an incident's onset the sliding statistic still holds its change:

@@ -1,0 +1,96 @@
+"""A change inside an open incident, seen against the incident's frozen reference.
+
+While a change is inside the before window, the sliding statistic's spread holds its
+step and its ``z`` collapses: on SKAB's one-second pump data z fell from 152 to 14.9 five
+seconds after a valve closed, and a second change a minute later was not seen (issue 29).
+An open incident keeps the detector's model of normal (:class:`engine.live.reference.
+Reference`), learned before its onset. At a result the calibrated rule judged ``ok``, each
+open incident's reference measures the after window against the before window's latest
+``local_level`` rows in its own units (:meth:`Reference.recent_z`). A sensor whose
+``z**2`` reaches the level part's threshold makes the result ``firing``, with
+``detection.fired_by`` ``reference`` (docs/decision.md, "A change inside an open
+incident").
+
+It is the same comparison as the level part's, with the spread of the normal days, and
+at the same threshold and share of the level; it only runs while an incident is open, so
+the calibration history, which holds no value from those times, is unchanged.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from connectors.timeutil import parse_time
+from monitor.result import SensorScore, finite
+from monitor.summary import summarise
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from engine.live.reference import Reference
+
+
+@dataclass(frozen=True)
+class ReferenceFiring:
+    """What an open incident's reference saw: the incident, the largest ``z**2`` and the
+    sensors whose ``z**2`` reached the threshold with their ``z``, strongest first."""
+
+    incident_id: str
+    value: float
+    z: dict[str, float]
+
+
+def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.DataFrame,
+                     after: pd.DataFrame, threshold: float) -> ReferenceFiring | None:
+    """The strongest firing among the open incidents' ``references`` ((incident id,
+    reference), oldest first), or None when no sensor's ``z**2`` reaches ``threshold``.
+    ``recent``: the before window's last ``local_level`` rows (n_l, D); ``after`` (n_a,
+    D): raw resampled readings."""
+    best: ReferenceFiring | None = None
+    for incident_id, reference in references:
+        z = reference.recent_z(recent, after)
+        order = np.argsort(-np.abs(z), kind="stable")
+        named = {reference.columns[i]: float(z[i]) for i in order if z[i] ** 2 >= threshold}
+        if not named:
+            continue
+        value = float(np.max(z ** 2))
+        if best is None or value > best.value:
+            best = ReferenceFiring(incident_id, value, named)
+    return best
+
+
+def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
+                level_p_value: float) -> None:
+    """Turn the ``ok`` result dict ``result`` into a firing one named by ``firing``:
+    status, ``detection.fired_by`` ``reference`` and its ``reference`` block,
+    ``detection.p_value`` and ``test.p_value`` (``p_value``: the decision's, the
+    reference's value against the level history at the level part's share), the named
+    sensors first in ``sensors`` and in ``selected_sensors``, and the summary."""
+    detection = result["detection"]
+    result["status"] = "firing"
+    detection["fired_by"] = "reference"
+    detection["p_value"] = finite(p_value, 10)
+    detection["reference"] = {
+        "incident": firing.incident_id, "value": finite(firing.value),
+        "level_p_value": finite(level_p_value, 10),
+        "z": {name: finite(z, 4) for name, z in firing.z.items()}}
+    result["test"]["p_value"] = finite(p_value, 10)
+    named = list(firing.z)
+    rows = result.get("sensors") or []
+    by_name = {row["sensor_id"]: row for row in rows}
+    ordered = [by_name[s] for s in named if s in by_name] + \
+        [row for row in rows if row["sensor_id"] not in firing.z]
+    for rank, row in enumerate(ordered, start=1):
+        row["rank"] = rank
+        row["selected"] = row["sensor_id"] in firing.z
+    result["sensors"] = ordered
+    result["selected_sensors"] = [s for s in named if s in by_name]
+    scores = [SensorScore.from_dict(row, i) for i, row in enumerate(ordered)]
+    t = parse_time(result["inspection_time"])
+    result["summary"] = summarise(
+        "firing", t, len(ordered), result["selected_sensors"], p_value,
+        level=detection.get("level"), sensors=[s for s in scores if s is not None],
+        fired_by="reference")

@@ -1,0 +1,87 @@
+"""A change inside an open incident, seen against its frozen reference: the pure parts
+(monitor.decision.reference_firing). The end-to-end case is in test_one_second_changes."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from engine.live.reference import Reference
+from engine.live.residual_shift import DetectorSettings
+from monitor.decision.reference_firing import mark_firing, reference_firing
+
+SETTINGS = DetectorSettings(local_level_rows=21, daily_profile=False)
+COLUMNS = list("abcdef")
+
+
+def _readings(seed: int = 1) -> pd.DataFrame:
+    idx = pd.date_range("2024-01-01", periods=400, freq="2s", tz="UTC")
+    return pd.DataFrame(np.random.default_rng(seed).standard_normal((400, 6)), index=idx,
+                        columns=COLUMNS)
+
+
+def _ok_result(x: pd.DataFrame) -> dict:
+    """An ``ok`` result dict of the calibrated rule, as the tracker observes it."""
+    return {
+        "inspection_time": "2024-01-01T00:10:00Z", "status": "ok",
+        "test": {"p_value": 0.4},
+        "detection": {"p_value": 0.4, "level": 0.001, "threshold": 30.0, "fired_by": None},
+        "selected_sensors": [],
+        "sensors": [{"sensor_id": c, "rank": i + 1, "score": 1.0 / (i + 1), "selected": False,
+                     "raw_mean_before": 0.0, "raw_mean_after": float(x[c].mean())}
+                    for i, c in enumerate(COLUMNS)],
+        "summary": "No change"}
+
+
+def test_a_new_step_names_its_sensor_and_noise_names_none() -> None:
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    recent, after = x.iloc[279:300], x.iloc[300:315]
+    assert reference_firing([("inc-1", ref)], recent, after, threshold=30.0) is None
+    x.loc[x.index[300]:, "e"] -= 6.0
+    firing = reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0)
+    assert firing is not None and firing.incident_id == "inc-1"
+    assert list(firing.z) == ["e"] and firing.z["e"] < 0
+    assert firing.value == firing.z["e"] ** 2
+
+
+def test_the_strongest_of_several_references_names_the_firing() -> None:
+    x = _readings()
+    weak = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    noisier = x.iloc[:150].copy()
+    noisier["e"] *= 3.0  # a reference that learned a wider spread for e
+    wide = Reference.fit(noisier, after_rows=15, settings=SETTINGS)
+    x.loc[x.index[300]:, "e"] -= 6.0
+    firing = reference_firing([("wide", wide), ("weak", weak)], x.iloc[279:300],
+                              x.iloc[300:315], 30.0)
+    assert firing is not None and firing.incident_id == "weak"
+
+
+def test_a_return_towards_the_reference_is_not_a_new_change() -> None:
+    """The repair an open incident waits for: e comes back to its frozen level."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[200]:x.index[299], "e"] -= 6.0  # away until row 300, then back
+    assert reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0) is None
+
+
+def test_mark_firing_turns_the_result_into_a_named_firing() -> None:
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[300]:, "e"] -= 6.0
+    firing = reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0)
+    assert firing is not None
+    result = _ok_result(x)
+    mark_firing(result, firing, p_value=2e-4, level_p_value=1.3e-4)
+    assert result["status"] == "firing"
+    block = result["detection"]
+    assert block["fired_by"] == "reference" and block["p_value"] == 2e-4
+    assert block["reference"]["incident"] == "inc-1"
+    assert block["reference"]["level_p_value"] == 1.3e-4
+    assert set(block["reference"]["z"]) == {"e"}
+    assert result["test"]["p_value"] == 2e-4
+    assert result["selected_sensors"] == ["e"]
+    assert [s["sensor_id"] for s in result["sensors"]] == ["e", "a", "b", "c", "d", "f"]
+    assert [s["rank"] for s in result["sensors"]] == [1, 2, 3, 4, 5, 6]
+    assert [s["selected"] for s in result["sensors"]] == [True] + [False] * 5
+    assert result["summary"].startswith("Change at 2024-01-01T00:10Z in 1 of 6 sensors: e")
+    assert "against the open incident's reference" in result["summary"]
