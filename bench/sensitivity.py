@@ -17,9 +17,9 @@ time's p-value taken against the scenario's statistics at the times whose after 
 ended by it (the history, without the decisions that keep firing times out of it).
 
 Two variants on the same windows and perturbations: the engine part as the live decision
-runs it (Algorithm 3's data-chosen penalties, the FAST optimiser, the pick between the
-all-ones and the moment start) and the continuous candidate
-(``engine.live.engine_power.CONTINUOUS_PARAMS``: the same with ``engine.SMOOTH``);
+runs it (Algorithm 3's data-chosen penalties, the ``engine.SMOOTH`` optimiser, the pick
+between the all-ones and the moment start) and the engine part before issue 31
+(``engine.live.engine_power.FAST_PARAMS``: the same with ``engine.FAST``);
 ``--variant`` picks one.
 Writes ``bench/results/sensitivity.{csv,md}``.
 """
@@ -141,20 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--level", choices=("residuals", "readings"), default="residuals",
                     help="what is perturbed: the engine part's inputs (the residual "
                          "windows it fits) or the raw readings of the windows")
-    ap.add_argument("--variant", choices=("both", "default", "continuous"), default="both",
-                    help="the engine part as run, the continuous candidate, or both")
+    ap.add_argument("--variant", choices=("both", "default", "fast"), default="both",
+                    help="the engine part as run, the one before issue 31 (FAST), or both")
     ap.add_argument("--name", default="sensitivity")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("engine").setLevel(logging.WARNING)  # one line per fit otherwise
     load = machine_load()
-    from engine.live.engine_power import CONTINUOUS_PARAMS
+    from engine.live.engine_power import FAST_PARAMS
 
     variants: list[tuple[str, dict[str, Any] | None]] = []
     if args.variant in ("both", "default"):
         variants.append(("engine part (default)", None))
-    if args.variant in ("both", "continuous"):
-        variants.append(("continuous candidate", CONTINUOUS_PARAMS))
+    if args.variant in ("both", "fast"):
+        variants.append(("FAST, before issue 31", FAST_PARAMS))
     rows = []
     for name in args.scenarios:
         inspector, times, windows = scenario_windows(

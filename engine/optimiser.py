@@ -299,9 +299,11 @@ def minimise(
                 s.lr.fill_(config.lr * 0.5 * (1 + math.cos(math.pi * epoch / config.max_epochs)))
             else:
                 _reduce_on_plateau(s, loss, config)
-            _stop_flat(s, loss, epoch, config)
+            if config.tol > 0:  # tol=0 never stops a problem (the max - min is never < 0)
+                _stop_flat(s, loss, epoch, config)
             _adam_step(s, grad, config)
-        if epoch % 10 == 9 and not bool(s.active.any()):
+        # A host sync on a GPU: only where problems can stop early (not with SMOOTH).
+        if config.tol > 0 and epoch % 10 == 9 and not bool(s.active.any()):
             break
     with torch.no_grad():
         # The best point seen (Adam's last iterate can sit above it).

@@ -55,8 +55,17 @@ ENGINE_WEIGHT = 0.35
 #: before-window rows (hours) the engine compares with the after window
 ENGINE_ROWS = 24
 #: The engine part's CV-aggregation settings over the engine section's: float64, so that
-#: a batched fit and a single one agree to 1e-14.
-ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64"}
+#: a batched fit and a single one agree to 1e-14; ``engine.SMOOTH`` (40 epochs, a cosine
+#: step size down to 0, the last iterate; no early stop, plateau cut, backtracking or
+#: snap), so that the statistic is a continuous function of the data: a 1e-9 change of
+#: the fit's inputs moves it by 5e-8 at the 99th percentile of the hours of d1-d4, where
+#: ``FAST`` moved it by 5e-6 (``python -m bench.sensitivity``). Over six seeds it names
+#: the benches' changes as FAST did (docs/decision.md, "The engine part"). Issue 31.
+ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64", "optimiser": "smooth"}
+#: How the engine part's statistic is computed, stored with the site's calibration
+#: history: a state whose engine values another version computed drops them
+#: (``monitor.fleet.sites.current_engine_statistics``).
+ENGINE_PART_VERSION = "cv-aggregation, engine.SMOOTH (issue 31)"
 #: ... and over those for a history value, of which only the statistic is kept: no split
 #: or moment permutation test (the fit's own p-value, reported in a firing result's
 #: ``engine`` block; a sixth of a fit's time). The statistic is bit-equal either way.
@@ -65,18 +74,10 @@ HISTORY_PARAMS: dict[str, Any] = {"compute_p_value": False}
 #: that time-share a busy machine rather than spin (docs/engine.md, "Speed"); an engine
 #: section's ``params: {n_jobs: 1}`` keeps it on one.
 ENGINE_PART_DEFAULTS: dict[str, Any] = {"n_jobs": -1}
-#: A candidate measured and not (yet) taken: the same search, with ``engine.SMOOTH`` for
-#: ``FAST`` (no early stop, plateau cuts, backtracking or snap; a cosine step size down to
-#: 0, the last iterate). Since the gap rule compares the normalised scores it measured its
-#: gap on, the default's statistic has no jumps left: a 1e-9 change of the fit's inputs
-#: moves it by a few 1e-6 at the 99th percentile of the hours of d1-d4, FAST's Adam steps
-#: amplifying the change about a thousandfold. This one moves it by about 1e-7
-#: (``python -m bench.sensitivity``) and fits in two thirds of the time, but on
-#: bench.leak_delay it names dev-noise 7 h later (22.58 h against 15.58 h; every other
-#: scenario and false incident equal): the default's engine p-value at the first
-#: inspection after that change is 0.0004 against a share of the level of 0.00049, and
-#: the candidate's 0.0015. Issue 31.
-CONTINUOUS_PARAMS: dict[str, Any] = {"dtype": "float64", "optimiser": "smooth"}
+#: The engine part before issue 31, for comparison (``bench.sensitivity``): the same search
+#: with ``engine.FAST`` (early stop, plateau cuts, backtracking, the best iterate, snap).
+#: Its Adam steps at lr 0.5 amplify a change of the data about a thousandfold.
+FAST_PARAMS: dict[str, Any] = {"dtype": "float64", "optimiser": "fast"}
 
 
 @dataclass(frozen=True)

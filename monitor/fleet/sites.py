@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from connectors.base import ConnectorError, Reading, WindowSource
 from connectors.ratelimit import RateLimitedLog
 from connectors.timeutil import format_duration, iso
+from engine.live.engine_power import ENGINE_PART_VERSION
 from monitor.decision.tracker import SiteTracker, history_times
 from monitor.inspection import Inspector, Outcome
 from monitor.schedule import InspectionPlan
@@ -63,9 +64,39 @@ class Ledger(Protocol):
     def add_history(self, values: Sequence[tuple[float, HistoryValue]]) -> None: ...
     def history(self, since: float) -> list[tuple[float, HistoryValue]]: ...
     def prune_history(self, before: float) -> None: ...
+    def drop_engine_history(self) -> int: ...
     def open_incident(self) -> dict[str, Any] | None: ...
     def saved_incidents(self) -> dict[str, Any] | list[dict[str, Any]] | None: ...
     def decision_memory(self) -> dict[str, Any] | None: ...
+
+
+#: The state's meta key naming how the stored engine-part statistics were computed.
+ENGINE_PART_META = "engine_part"
+
+
+def current_engine_statistics(state: Ledger, rows: list[tuple[float, HistoryValue]],
+                              version: str, where: str = ""
+                              ) -> list[tuple[float, HistoryValue]]:
+    """``rows`` of the calibration history with the engine part's statistics dropped
+    (here and in ``state``) when the state does not say they were computed as ``version``
+    computes them: a state written by an earlier version holds values of another
+    statistic, and calibrating new values against them would misplace every p-value.
+    The level part's values stay; the engine part votes again once its history holds
+    ``min_history`` of new values, and the level part decides alone until then. The state
+    is marked with ``version`` either way."""
+    stored = state.get_meta(ENGINE_PART_META)
+    if stored == version:
+        return rows
+    if any(engine is not None for _, (_, engine) in rows):
+        dropped = state.drop_engine_history()
+        log.warning("calibration%s: the engine part's statistic is computed differently "
+                    "since this version (%s; the state holds %s): its %d stored values "
+                    "were dropped, the level part decides alone until the engine part has "
+                    "min_history of new values", where, version,
+                    stored or "values of an earlier version", dropped)
+        rows = [(t, (level, None)) for t, (level, _) in rows]
+    state.set_meta(ENGINE_PART_META, version)
+    return rows
 
 
 class SiteRouter:
@@ -249,7 +280,10 @@ class SiteRunner:
         (an InfluxDB with two weeks of data calibrates the first inspection)."""
         assert self.tracker is not None
         span = self.inspector.decision.calibration.history
-        rows = self.state.history((first - span).timestamp())
+        where = "" if self.site is None else f" of site {self.site}"
+        rows = current_engine_statistics(
+            self.state, self.state.history((first - span).timestamp()),
+            ENGINE_PART_VERSION, where)
         if not rows and self.state.last_done() is None and self.inspector.calibrated:
             times = history_times(self.inspector, first)
             added = self.tracker.backfill(times, self.read_window)
@@ -257,7 +291,7 @@ class SiteRunner:
             if added:
                 self.state.add_history(rows)
                 log.info("calibration%s: %d past inspection times computed from the source",
-                         "" if self.site is None else f" of site {self.site}", added)
+                         where, added)
         self.tracker.history = {datetime.fromtimestamp(th, UTC): v for th, v in rows}
         self.tracker.restore_incidents(self.state.saved_incidents())
         self.tracker.restore(self.state.decision_memory())

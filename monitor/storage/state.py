@@ -355,6 +355,18 @@ class AgentState:
         self._tx(lambda c: c.execute("DELETE FROM history WHERE inspection_time < ?",
                                      (before,)))
 
+    def drop_engine_history(self, site: str | None = None) -> int:
+        """Forget the engine part's stored statistics, keep the level's: after an upgrade
+        that computes the engine statistic differently, old and new values would
+        calibrate each other. Returns how many values were dropped."""
+        def drop(c: sqlite3.Connection) -> int:
+            if site is None:
+                return c.execute("UPDATE history SET engine_statistic = NULL "
+                                 "WHERE engine_statistic IS NOT NULL").rowcount
+            return c.execute("UPDATE site_history SET engine_statistic = NULL WHERE site = ? "
+                             "AND engine_statistic IS NOT NULL", (site,)).rowcount
+        return int(self._tx(drop))
+
     def saved_incidents(self, site: str | None = None
                         ) -> dict[str, Any] | list[dict[str, Any]] | None:
         """The open incidents as the tracker saved them: None, one dict, or a list."""
@@ -536,6 +548,9 @@ class SiteState:
 
     def prune_history(self, before: float) -> None:
         self.state.prune_history(before, self.site)
+
+    def drop_engine_history(self) -> int:
+        return self.state.drop_engine_history(self.site)
 
     def open_incident(self) -> dict[str, Any] | None:
         return self.state.open_incident(self.site)

@@ -203,3 +203,37 @@ def test_engine_part_fits_on_every_core_unless_the_config_says_otherwise():
         "engine": {"params": {"n_jobs": 1, "dtype": "float32"}}})).engine
     pinned = engine_part_selector(one)
     assert pinned.n_jobs == 1 and pinned.dtype == "float64"
+
+
+def test_engine_statistics_of_an_earlier_version_are_dropped_and_the_level_kept(
+        tmp_path, caplog) -> None:
+    """A state written before the engine part's statistic changed (issue 31) holds values
+    of another statistic: they are dropped on load, with a warning, and the level part's
+    values stay; values this version computed are kept."""
+    from monitor.fleet.sites import ENGINE_PART_META, current_engine_statistics
+    from monitor.storage.state import AgentState
+
+    state = AgentState(tmp_path / "state.sqlite")
+    state.add_history([(100.0, (4.5, 0.7)), (200.0, (5.0, 0.8))])
+    north = state.for_site("north")
+    north.add_history([(100.0, (3.0, 0.5))])
+    with caplog.at_level(logging.WARNING, logger="monitor.fleet.sites"):
+        rows = current_engine_statistics(state, state.history(0.0), "v2")
+    assert rows == [(100.0, (4.5, None)), (200.0, (5.0, None))]
+    assert state.history(0.0) == rows  # dropped in the state too
+    assert state.get_meta(ENGINE_PART_META) == "v2"
+    assert "2 stored values were dropped" in caplog.text
+    # each site's history is its own, checked when that site loads it
+    assert north.history(0.0) == [(100.0, (3.0, 0.5))]
+    assert current_engine_statistics(north, north.history(0.0), "v2") == [(100.0, (3.0, None))]
+    # values this version computed stay
+    state.add_history([(300.0, (6.0, 0.9))])
+    caplog.clear()
+    assert current_engine_statistics(state, state.history(0.0), "v2")[-1] == (300.0, (6.0, 0.9))
+    assert state.history(250.0) == [(300.0, (6.0, 0.9))]
+    # a state with no engine values yet is marked without a word
+    fresh = AgentState(tmp_path / "fresh.sqlite")
+    assert current_engine_statistics(fresh, [], "v2") == []
+    assert fresh.get_meta(ENGINE_PART_META) == "v2" and not caplog.text
+    for s in (state, fresh):
+        s.close()
