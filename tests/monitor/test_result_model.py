@@ -61,7 +61,7 @@ def test_typed_fields_carry_the_values() -> None:
     assert typed.selected_sensors == ["n202"]
     top = typed.sensors[0]
     assert (top.sensor_id, top.rank, top.selected) == ("n202", 1, True)
-    assert top.z == pytest.approx(-14.5607) and top.engine_score == pytest.approx(0.65062)
+    assert top.z == pytest.approx(-14.5607) and top.engine_score == pytest.approx(0.529305)
     assert typed.detection is not None and typed.detection.history_needed == 96
     assert typed.engine is not None and typed.engine.method == "cv-aggregation"
     assert typed.windows.after.n == 16 and typed.generator.device == "cpu"
