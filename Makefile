@@ -58,6 +58,7 @@ bench: install system-deps
 	$(PY) -m bench.false_alarms --inspections 200 --blocks 1d --p-value-only --drift-sd 0.08 --history-days 28 --block-alone --name false_alarms_seasonal_history
 	$(PY) -m bench.false_alarms --inspections 200 --blocks 1d --p-value-only --drift-sd 0.08 --history-days 28 --name false_alarms_seasonal_history
 	$(PY) -m bench.leak_delay --null-seeds 4
+	$(PY) -m bench.seeds
 	$(PY) -m bench.shape_variants
 	$(PY) -m bench.skab
 	$(PY) -m bench.engine_on_residuals
