@@ -35,8 +35,10 @@ OUT = ROOT / "bench" / "results" / "seeds"
 def run_seed(seed: int, workers: int, null_seeds: int, out: Path) -> pd.DataFrame:
     """``bench.leak_delay`` at one engine seed; its rows with the seed added."""
     folder = out / f"seed_{seed}"
+    # relative to the checkout where it can be, so that the tables name the committed path
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
     cmd = [sys.executable, "-m", "bench.leak_delay", "--null-seeds", str(null_seeds),
-           "--workers", str(workers), "--out", str(folder), "--extra", "--seed", str(seed)]
+           "--workers", str(workers), "--out", str(shown), "--extra", "--seed", str(seed)]
     log.info("seed %d: %s", seed, " ".join(cmd[1:]))
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     load = machine_load()
+    args.out = args.out.resolve()  # the leak_delay runs work in the checkout
     args.out.mkdir(parents=True, exist_ok=True)
     rows = pd.concat([run_seed(s, args.workers, args.null_seeds, args.out)
                       for s in args.seeds], ignore_index=True)
