@@ -56,7 +56,7 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for scenario, part in rows.groupby("scenario", sort=False):
         delays = pd.to_numeric(part["delay_h"], errors="coerce")
-        near = pd.to_numeric(part.get("delay_near_h"), errors="coerce")
+        near = pd.to_numeric(part["delay_near_h"], errors="coerce")
         row: dict[str, object] = {"scenario": scenario}
         for seed, delay, close, named in zip(part["seed"], delays, near,
                                              part["first_named"].fillna(""), strict=True):

@@ -286,6 +286,9 @@ def minimise(
     a = _starting_point(shape, problems.delta.shape[1], dtype, device, init, config)
     s = _Batch.start(a, shape, config)
     weights_of = torch.exp if config.log_scale else (lambda w: w)
+    # tol=0 never stops a problem (max - min is never < 0): no ring to keep, and on a GPU
+    # no host sync to ask whether all stopped (SMOOTH)
+    can_stop = config.tol > 0
     epoch = 0
     for epoch in range(config.max_epochs):
         loss = problems.loss(weights_of(s.a), lambdas, objective)
@@ -299,11 +302,10 @@ def minimise(
                 s.lr.fill_(config.lr * 0.5 * (1 + math.cos(math.pi * epoch / config.max_epochs)))
             else:
                 _reduce_on_plateau(s, loss, config)
-            if config.tol > 0:  # tol=0 never stops a problem (the max - min is never < 0)
+            if can_stop:
                 _stop_flat(s, loss, epoch, config)
             _adam_step(s, grad, config)
-        # A host sync on a GPU: only where problems can stop early (not with SMOOTH).
-        if config.tol > 0 and epoch % 10 == 9 and not bool(s.active.any()):
+        if can_stop and epoch % 10 == 9 and not bool(s.active.any()):
             break
     with torch.no_grad():
         # The best point seen (Adam's last iterate can sit above it).
