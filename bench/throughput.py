@@ -95,7 +95,8 @@ def run_case(case: Case, checkout: Path, device: str, out: Path) -> dict[str, fl
            "--device", device, "--out", str(out)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=checkout, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(checkout)})
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [str(checkout), *filter(None, [os.environ.get("PYTHONPATH")])])})
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode() if proc.stderr else ""

@@ -34,6 +34,14 @@ T = TypeVar("T")
 #: a d1 backfill (bench.engine_part_batches, 2 cores): 32 MiB as fast as 64 MiB alone and
 #: faster when two processes share the cores; smaller batches repeat the per-epoch work
 CPU_BATCH_BYTES = 32 * 2**20
+#: the smallest batch that ``n_jobs`` threads split the pairs into on a CPU. Each batch
+#: pays a fixed cost in Python (its lambda search, splits and scores) that holds the GIL,
+#: so small batches make threads queue on it: 96 engine-part pairs (0.5 MB each) with two
+#: threads took 5.84 s in batches of 1 pair, 2.44 s of 4, 1.85 s of 8, 1.56 s of 16 and
+#: 1.31 s of 48 (2-core VM), and on a 16-core machine 16 threads of one pair each made a
+#: 16-pair ``fit_many`` take 4.4 s (0.3 s on the 2-core VM). 16 pairs with two threads:
+#: 0.32 s as two batches of 8, 0.46 s as one of 16, hence 8 pairs (4 MiB)
+MIN_CPU_BATCH_BYTES = 4 * 2**20
 #: ``device="auto"`` fits a batch on the GPU from this many bytes of training pair
 #: differences on: on an H200 one engine-part fit (0.5 MB) took 0.57 s on CUDA against
 #: 0.32 s on 16 CPU cores, launch-bound, while a week-sized fit (19 MB) took 0.58 s against
@@ -112,12 +120,14 @@ def batch_bytes(device: torch.device) -> int:
     return CPU_BATCH_BYTES
 
 
-def batch_slices(count: int, size: int, jobs: int) -> list[slice]:
+def batch_slices(count: int, size: int, jobs: int, least: int = 1) -> list[slice]:
     """``count`` items in batches of at most ``size``, their number a multiple of ``jobs``
     where there are enough items (so that ``jobs`` threads finish together), sizes within
-    one of each other."""
+    one of each other. More batches than ``size`` needs are made only while each keeps
+    at least ``least`` items (a batch's fixed cost is not split across threads)."""
     n_parts = math.ceil(count / max(size, 1))
-    n_parts = min(count, math.ceil(n_parts / jobs) * jobs) if count else 0
+    spread = max(n_parts, count // max(least, 1))
+    n_parts = min(count, spread, math.ceil(n_parts / jobs) * jobs) if count else 0
     bounds = [round(i * count / n_parts) for i in range(n_parts + 1)] if n_parts else [0]
     return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 

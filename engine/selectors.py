@@ -622,9 +622,11 @@ class CVAggregation(_LambdaSelector):
                 preps = self._placed([p for _, p in members])
                 limit = F.batch_bytes(preps[0].device) if max_batch_bytes is None \
                     else max_batch_bytes
-                cv_size = max(1, int(limit // max(self._delta_bytes(n, m, a), 1)))
+                pair_bytes = max(self._delta_bytes(n, m, a), 1)
+                cv_size = max(1, int(limit // pair_bytes))
+                least = math.ceil(F.MIN_CPU_BATCH_BYTES / pair_bytes)
                 t0 = time.perf_counter()
-                results = self._fit_group(preps, t0, cv_size)
+                results = self._fit_group(preps, t0, cv_size, least)
                 share = (time.perf_counter() - t0) / len(members)
                 for (i, _), res in zip(members, results, strict=True):
                     res.runtime_s = share
@@ -632,14 +634,14 @@ class CVAggregation(_LambdaSelector):
         return [r for r in out if r is not None]
 
     def _fit_group(self, preps: list[F.Prepared], t0: float,
-                   cv_size: int | None = None) -> list[Selection]:
+                   cv_size: int | None = None, least: int = 1) -> list[Selection]:
         """Algorithm 2 for data sets of one shape, in batches of at most ``cv_size`` data
-        sets (None: one batch), ``n_jobs`` batches at once: each batch's lambda searches
-        are one batched solve, then its training problems another, then its scores and
-        p-values."""
+        sets (None: one batch), ``n_jobs`` batches at once, split for the threads only
+        into batches of at least ``least``: each batch's lambda searches are one batched
+        solve, then its training problems another, then its scores and p-values."""
         rngs = [np.random.default_rng(self.seed) for _ in preps]
         jobs = F.resolve_jobs(self.n_jobs) if preps[0].device.type == "cpu" else 1
-        parts = F.batch_slices(len(preps), cv_size or len(preps), jobs)
+        parts = F.batch_slices(len(preps), cv_size or len(preps), jobs, least)
         labels = self._moment_labels(*preps[0].shape[:2]) \
             if self.block_size is None and self.compute_p_value else None
 

@@ -1,6 +1,8 @@
 """CVAggregation.fit_many: many (X, Y) pairs as batched fits, the same as one fit each."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -86,18 +88,36 @@ def test_batches_in_threads_give_the_same_results():
                                        rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("count,size,jobs", [(168, 69, 2), (24, 69, 2), (1, 69, 4), (5, 1, 2),
-                                              (7, 3, 3), (0, 5, 2), (10, 100, 1)])
-def test_batch_slices_cover_every_item_once_in_even_batches(count, size, jobs):
+@pytest.mark.parametrize("count,size,jobs,least", [
+    (168, 69, 2, 1), (24, 69, 2, 1), (1, 69, 4, 1), (5, 1, 2, 1), (7, 3, 3, 1), (0, 5, 2, 1),
+    (10, 100, 1, 1), (16, 63, 16, 16), (192, 63, 16, 16), (192, 63, 2, 16), (40, 8, 4, 16)])
+def test_batch_slices_cover_every_item_once_in_even_batches(count, size, jobs, least):
     from engine._fitting import batch_slices
 
-    parts = batch_slices(count, size, jobs)
+    parts = batch_slices(count, size, jobs, least)
     covered = [i for part in parts for i in range(count)[part]]
     assert covered == list(range(count))
     sizes = [part.stop - part.start for part in parts]
     assert all(0 < s <= max(size, 1) or len(parts) == 1 for s in sizes) or count == 0
     assert max(sizes, default=0) - min(sizes, default=0) <= 1
-    assert len(parts) % jobs == 0 or len(parts) == count  # one item a batch at most
+    needed = math.ceil(count / size)
+    if len(parts) > needed:  # split further for the threads: never below `least` items
+        assert min(sizes) >= least
+    # a multiple of the threads, unless items (one each) or `least` run out first
+    assert len(parts) % jobs == 0 or len(parts) == count or len(parts) == max(
+        needed, count // least)
+
+
+def test_threads_never_split_pairs_below_the_smallest_batch():
+    """16 engine-part pairs (0.5 MB each) with 16 threads: two batches of 8, not 16 of one
+    pair (each batch's Python holds the GIL, so tiny batches make threads queue)."""
+    from engine._fitting import MIN_CPU_BATCH_BYTES, batch_slices
+
+    least = math.ceil(MIN_CPU_BATCH_BYTES / 528_000)
+    assert least == 8
+    assert batch_slices(16, 63, 16, least) == [slice(0, 8), slice(8, 16)]
+    assert len(batch_slices(192, 63, 16, least)) == 16
+    assert len(batch_slices(100, 63, 16, least)) == 100 // least
 
 
 @pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True])
