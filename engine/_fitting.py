@@ -43,9 +43,9 @@ CPU_BATCH_BYTES = 32 * 2**20
 #: 0.32 s as two batches of 8, 0.46 s as one of 16, hence 8 pairs (4 MiB)
 MIN_CPU_BATCH_BYTES = 4 * 2**20
 #: ``device="auto"`` fits a batch on the GPU from this many bytes of training pair
-#: differences on: on an H200 one engine-part fit (0.5 MB) took 0.57 s on CUDA against
-#: 0.32 s on 16 CPU cores, launch-bound, while a week-sized fit (19 MB) took 0.58 s against
-#: 1.5 s and the paper's (16 MB) 0.61 s against 1.6 s (issue 27's measurements)
+#: differences on: on an H200, 16 engine-part pairs (8 MiB) took 0.34 s on CUDA, as long
+#: as on the 2-core VM's CPU (0.33 s), and 64 pairs 0.57 s against 1.0 s; one pair is
+#: launch-bound on CUDA (bench/results/throughput_h200, docs/engine.md "The GPU")
 AUTO_GPU_BYTES = 8 * 2**20
 #: the share of a GPU's free memory that one training batch's pair differences may take
 #: (the epoch's intermediates are a few times their size)
