@@ -2,7 +2,7 @@
 history included, and its peak memory, as sensors and inspections grow.
 
     python -m bench.throughput [--sensors 100 300 1000] [--inspections 24 96]
-                               [--device cpu] [--baseline PATH]
+                               [--device cpu [cuda auto]] [--baseline PATH]
 
 Each case is one ``mmdwatch backfill`` process (the command a user runs, imports and the
 source's read included) over hourly times, timed from start to exit; its peak resident
@@ -18,7 +18,9 @@ every case computes the days of history before its written times as well:
   written times.
 
 ``inspections_per_s`` counts every inspection the process ran (written and replayed);
-``written_per_s`` the written ones alone (what the user asked for). ``--baseline PATH``
+``written_per_s`` the written ones alone (what the user asked for). Several ``--device``
+values time each case on each (a GPU machine's CPU and GPU in one run, with the ratio to
+the first device). ``--baseline PATH``
 runs the same cases with another checkout (for example ``git worktree add /tmp/base
 <commit>``) in the same session, for a before/after table on one machine.
 Writes ``bench/results/throughput.{csv,md,png}``.
@@ -26,6 +28,7 @@ Writes ``bench/results/throughput.{csv,md,png}``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -110,20 +113,14 @@ def run_case(case: Case, checkout: Path, device: str, out: Path) -> dict[str, fl
             **{f"n_{k}": v for k, v in statuses.items()}}
 
 
-def rewrite(name: str, load: str, device: str) -> None:
-    """The Markdown table and plot again from a saved CSV (``--rewrite``)."""
-    table = pd.read_csv(RESULTS / f"{name}.csv")
-    _write_markdown(table, RESULTS / f"{name}.md", load, argparse.Namespace(device=device))
-    _plot(table, RESULTS / f"{name}.png")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sensors", type=int, nargs="*", default=[100, 300, 1000],
                     help="simulated network sizes (the d1 case always runs)")
     ap.add_argument("--inspections", type=int, nargs="*", default=[24, 96],
                     help="written hourly times of the simulated cases (growth with times)")
-    ap.add_argument("--device", default="cpu", help="the engine's device (cpu, cuda, auto)")
+    ap.add_argument("--device", nargs="+", default=["cpu"],
+                    help="the engine's device(s): cpu, cuda, auto; several are timed in turn")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="another checkout to time on the same cases (before/after)")
     ap.add_argument("--name", default="throughput", help="results file stem")
@@ -139,47 +136,67 @@ def main(argv: list[str] | None = None) -> int:
     checkouts = [("this", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
     rows = []
     for case in cases:
-        for label, checkout in checkouts:
-            log.info("%s, %s: %d inspections (%d written) at %d sensors", case.name, label,
-                     case.inspections, case.written, case.sensors)
-            stats = run_case(case, checkout, args.device, work / f"{case.name}-{label}.jsonl")
+        for (label, checkout), device in itertools.product(checkouts, args.device):
+            log.info("%s, %s, %s: %d inspections (%d written) at %d sensors", case.name,
+                     label, device, case.inspections, case.written, case.sensors)
+            stats = run_case(case, checkout, device,
+                             work / f"{case.name}-{label}-{device}.jsonl")
             rows.append({"case": case.name, "code": label, "sensors": case.sensors,
                          "inspections": case.inspections, "written": case.written,
-                         "device": args.device, **stats,
+                         "device": device, **stats,
                          "inspections_per_s": case.inspections / stats["wall_s"],
                          "written_per_s": case.written / stats["wall_s"]})
             log.info("  %.1f s, %.2f inspections/s, peak %.0f MiB", stats["wall_s"],
                      rows[-1]["inspections_per_s"], stats["peak_mib"])
     table = pd.DataFrame(rows)
     table.to_csv(RESULTS / f"{args.name}.csv", index=False)
-    _write_markdown(table, RESULTS / f"{args.name}.md", load, args)
+    _write_markdown(table, RESULTS / f"{args.name}.md", load)
     _plot(table, RESULTS / f"{args.name}.png")
     print(table.to_string(index=False))
     return 0
 
 
-def _write_markdown(table: pd.DataFrame, path: Path, load: str, args: argparse.Namespace
-                    ) -> None:
+def _write_markdown(table: pd.DataFrame, path: Path, load: str) -> None:
+    devices = list(dict.fromkeys(table["device"]))
     lines = ["# Backfill throughput (`python -m bench.throughput`)", "",
-             (f"Machine: {os.cpu_count()} CPU cores, {load}; device `{args.device}`. Each "
+             (f"Machine: {os.cpu_count()} CPU cores{_gpu_name()}, {load}; device "
+              f"{', '.join(f'`{d}`' for d in devices)}. Each "
               "row is one `mmdwatch backfill` process (live profile, hourly), start to exit: "
               "imports, the source's read, the replayed history and the written times."), "",
-             ("| case | code | sensors | inspections (written) | wall s | inspections/s | "
-              "written/s | peak MiB | firing / ok / calibrating / error |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+             ("| case | code | device | sensors | inspections (written) | wall s | "
+              "inspections/s | written/s | peak MiB | firing / ok / calibrating / error |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
-        lines.append(f"| {r.case} | {r.code} | {r.sensors} | {r.inspections} ({r.written}) "
+        lines.append(f"| {r.case} | {r.code} | {r.device} | {r.sensors} | {r.inspections} "
+                     f"({r.written}) "
                      f"| {r.wall_s:.1f} | {r.inspections_per_s:.2f} | {r.written_per_s:.2f} "
                      f"| {r.peak_mib:.0f} | {r.n_firing} / {r.n_ok} / {r.n_calibrating} / "
                      f"{r.n_error} |")
+    if len(devices) > 1:
+        lines += ["", f"Against `{devices[0]}` (its wall / this wall), same case, same run:",
+                  ""]
+        for (case, n, code), part in table.groupby(["case", "inspections", "code"],
+                                                    sort=False):
+            walls = dict(zip(part["device"], part["wall_s"], strict=True))
+            lines += [f"- {case}, {n} inspections, {code}, `{d}`: "
+                      f"{walls[devices[0]] / walls[d]:.1f}x ({walls[d]:.1f} s)"
+                      for d in devices[1:] if d in walls and devices[0] in walls]
     if (table["code"] == "baseline").any():
         lines += ["", "Speed-up (baseline wall / this wall), same case, same session:", ""]
-        for (case, n), part in table.groupby(["case", "inspections"], sort=False):
+        for (case, n), part in table[table["device"] == devices[0]].groupby(
+                ["case", "inspections"], sort=False):
             walls = dict(zip(part["code"], part["wall_s"], strict=True))
             if "baseline" in walls:
                 lines.append(f"- {case}, {n} inspections: {walls['baseline'] / walls['this']:.1f}x "
                              f"({walls['baseline']:.1f} s -> {walls['this']:.1f} s)")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _gpu_name() -> str:
+    """``, GPU <name>`` where torch sees one (the backfills run in their own processes)."""
+    import torch
+
+    return f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
@@ -189,9 +206,9 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for code, part in table.groupby("code"):
+    for (code, device), part in table.groupby(["code", "device"]):
         part = part.sort_values("sensors")
-        ax.plot(part["sensors"], part["inspections_per_s"], "o", label=code)
+        ax.plot(part["sensors"], part["inspections_per_s"], "o", label=f"{code}, {device}")
     ax.set_xscale("log")
     ax.set_xlabel("sensors")
     ax.set_ylabel("inspections per second (history included)")
