@@ -181,6 +181,11 @@ def _write_markdown(table: pd.DataFrame, path: Path, load: str) -> None:
             lines += [f"- {case}, {n} inspections, {code}, `{d}`: "
                       f"{walls[devices[0]] / walls[d]:.1f}x ({walls[d]:.1f} s)"
                       for d in devices[1:] if d in walls and devices[0] in walls]
+    marginal = _marginal_rates(table)
+    if marginal:
+        lines += ["", ("Marginal rate, the process's start and first times left out (extra "
+                       "inspections / extra wall between a case's two lengths):"), "",
+                  *marginal]
     if (table["code"] == "baseline").any():
         lines += ["", "Speed-up (baseline wall / this wall), same case, same session:", ""]
         for (case, n), part in table[table["device"] == devices[0]].groupby(
@@ -190,6 +195,21 @@ def _write_markdown(table: pd.DataFrame, path: Path, load: str) -> None:
                 lines.append(f"- {case}, {n} inspections: {walls['baseline'] / walls['this']:.1f}x "
                              f"({walls['baseline']:.1f} s -> {walls['this']:.1f} s)")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _marginal_rates(table: pd.DataFrame) -> list[str]:
+    """One line per case, code and device timed at two or more lengths: the inspections
+    per second that the longer run added over the shorter."""
+    lines = []
+    for (case, code, device), part in table.groupby(["case", "code", "device"], sort=False):
+        if len(part) < 2:
+            continue
+        part = part.sort_values("inspections")
+        short, long = part.iloc[0], part.iloc[-1]
+        extra = (long["inspections"] - short["inspections"]) / (long["wall_s"] - short["wall_s"])
+        lines.append(f"- {case}, {code}, `{device}`: {short['inspections']} -> "
+                     f"{long['inspections']} inspections, {extra:.1f} inspections/s")
+    return lines
 
 
 def _gpu_name() -> str:
