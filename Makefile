@@ -67,7 +67,7 @@ bench: install system-deps
 	$(PY) -m bench.fleet
 	$(PY) -m bench.throughput --sensors 100 300 --inspections 24 96
 	$(PY) -m bench.engine_part_batches --shared
-	$(PY) -m bench.fit_many_scaling --devices cpu
+	$(PY) -m bench.fit_many_scaling --devices cpu --jobs 1 -1
 	$(PY) -m bench.sensitivity
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in

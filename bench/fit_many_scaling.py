@@ -2,10 +2,12 @@
 syncs of one batched fit on CUDA.
 
     python -m bench.fit_many_scaling [--devices cuda cpu] [--counts 16 64 256]
+                                     [--jobs -1 1 4]
 
 Sizes: the live engine part's pairs (24 before rows against 16 after rows, D = 33 and
-D = 300, ``ENGINE_PART_PARAMS``: float64, SMOOTH, every core) and a week (168 x 168,
-D = 33; up to 64 pairs). Every other pair has one variable's mean shifted by 1. Each
+D = 300, ``ENGINE_PART_PARAMS``: float64, SMOOTH) and a week (168 x 168, D = 33; up to
+64 pairs). On the CPU each ``--jobs`` value (``n_jobs``: batches fitted at once in
+threads, -1 every core) is timed, for how the threads scale on a machine's cores. Every other pair has one variable's mean shifted by 1. Each
 device and size: one warm-up ``fit_many`` of 2 pairs, then one timed call per count.
 On CUDA it then counts the host syncs of ``fit_many`` of 64 engine-part pairs with
 ``torch.cuda.set_sync_debug_mode("warn")`` (a prototype: it may miss some), by the line
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--devices", nargs="+", default=["cuda", "cpu"])
     ap.add_argument("--counts", type=int, nargs="+", default=[16, 64, 256])
+    ap.add_argument("--jobs", type=int, nargs="+", default=[-1],
+                    help="n_jobs values timed on the CPU (-1: every core)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -80,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     load = machine_load()
     rows = []
     for name, (n, m, d) in SIZES.items():
-        for device in args.devices:
-            est = CVAggregation(seed=0, device=device, n_jobs=-1, **ENGINE_PART_PARAMS)
+        runs = [(device, jobs) for device in args.devices
+                for jobs in (args.jobs if device == "cpu" else [-1])]
+        for device, jobs in runs:
+            est = CVAggregation(seed=0, device=device, n_jobs=jobs, **ENGINE_PART_PARAMS)
             est.fit_many(pairs(2, n, m, d))  # warm-up: CUDA context, kernels, thread pool
             for count in args.counts:
                 if name.startswith("week") and count > WEEK_MAX_PAIRS:
@@ -92,10 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 secs = time.perf_counter() - t0
-                rows.append({"size": name, "device": res[0].device, "pairs": count,
+                rows.append({"size": name, "device": res[0].device, "n_jobs": jobs,
+                             "pairs": count,
                              "seconds": round(secs, 3), "pairs_per_s": round(count / secs, 1)})
-                log.info("%s | %s | %d pairs | %.3f s | %.1f pairs/s", name, device, count,
-                         secs, count / secs)
+                log.info("%s | %s | n_jobs %d | %d pairs | %.3f s | %.1f pairs/s", name,
+                         device, jobs, count, secs, count / secs)
     table = pd.DataFrame(rows)
     table.to_csv(args.out / "fit_many_scaling.csv", index=False)
     lines = ["# `fit_many` pairs per second (`python -m bench.fit_many_scaling`)", "",
