@@ -226,12 +226,13 @@ class Agent:
             return None
         return pending[0] if pending else None
 
-    def _prefit(self) -> None:
+    def _prefit(self) -> bool:
         """The first pass of the calibrated sites' due inspections (the sites due at the
         same hour; an agent catching up after a restart or replaying on the data clock):
         their windows, level statistics and engine-part fits as one batched program
         (:func:`monitor.inspection.prepare_many`), decided one by one after. A single
-        due time is fitted as it runs; anything that fails here is left to that run."""
+        due time is fitted as it runs; anything that fails here is left to that run.
+        False when the batched pass failed (the caller does not retry it this tick)."""
         work: list[tuple[SiteRunner, list[datetime]]] = []
         for site in self.sites:
             if not site.inspector.calibrated or self._waiting(site):
@@ -243,21 +244,21 @@ class Agent:
             if times:
                 work.append((site, times))
         if sum(len(times) for _, times in work) < 2:
-            return
+            return True
         try:
             prepared = prepare_many([(site.inspector, times, site.read_window)
                                      for site, times in work])
         except Exception as exc:  # noqa: BLE001 - each time is then computed as it runs
             log.warning("batched first pass of %d due inspection(s) failed (%s); they run "
                         "one by one", sum(len(times) for _, times in work), exc)
-            return
+            return False
         for (site, _), done in zip(work, prepared, strict=True):
             site.prepared = done
+        return True
 
     def _run_here(self) -> int:
         """Every due inspection, in this thread, one at a time: each site's oldest first,
         the sites taking turns (their first pass batched: :meth:`_prefit`)."""
-        self._prefit()
         try:
             return self._run_due()
         finally:
@@ -265,10 +266,17 @@ class Agent:
                 site.prepared = {}
 
     def _run_due(self) -> int:
+        """The rounds of :meth:`_run_here`. Each round that finds every first pass used up
+        batches the times due by then: readings that arrive in a burst while a tick runs
+        (a gateway flushing its buffer, a replay) are caught up in batches too, not one
+        fit at a time."""
         ran = 0
         progress = True
+        batched = True  # False once a batched pass failed: this tick runs one by one
         while progress and not self._stopping.is_set():
             progress = False
+            if batched and not any(site.prepared for site in self.sites):
+                batched = self._prefit()
             for site in self.sites:
                 if self._stopping.is_set():
                     break
