@@ -275,7 +275,8 @@ class Agent:
         batched = True  # False once a batched pass failed: this tick runs one by one
         while progress and not self._stopping.is_set():
             progress = False
-            if batched and not any(site.prepared for site in self.sites):
+            if batched and not any(site.prepared for site in self.sites
+                                   if not self._waiting(site)):
                 batched = self._prefit()
             for site in self.sites:
                 if self._stopping.is_set():
