@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 Reporter = Callable[[Outcome], Any]
 
+#: seconds without batched first passes on the executor after one killed its worker (its
+#: times then go one job each, so that a time that kills its worker is found and recorded)
+FIRST_PASS_PAUSE_S = 300.0
+
 
 class Agent:
     """``sites`` are the site runners (one for a single-site config); each reads its
@@ -94,6 +98,7 @@ class Agent:
         self._next_site = 0  # round robin over sites when workers are scarce
         # inspections (site index, time) whose worker process died under them
         self._deaths = WorkerDeaths()
+        self._first_pass_paused_until = float("-inf")  # monotonic seconds
         for site in self.sites:
             site.backoff = max(1.0, self.poll.total_seconds())
 
@@ -265,14 +270,17 @@ class Agent:
             for site in self.sites:
                 site.prepared = {}
 
-    def _run_due(self) -> int:
+    def _run_due(self, *, prepared_only: bool = False) -> int:
         """The rounds of :meth:`_run_here`. Each round that finds every first pass used up
         batches the times due by then: readings that arrive in a burst while a tick runs
         (a gateway flushing its buffer, a replay) are caught up in batches too, not one
-        fit at a time."""
+        fit at a time. ``prepared_only``: only the times of the sites' first passes (the
+        executor's, :meth:`_first_pass_on_executor`), each site's in order until its next
+        due time is not among them; nothing is fitted here."""
         ran = 0
         progress = True
-        batched = True  # False once a batched pass failed: this tick runs one by one
+        # False once a batched pass failed: this tick runs one by one
+        batched = not prepared_only
         while progress and not self._stopping.is_set():
             progress = False
             if batched and not any(site.prepared for site in self.sites
@@ -281,10 +289,13 @@ class Agent:
             for site in self.sites:
                 if self._stopping.is_set():
                     break
-                if self._waiting(site):
+                if self._waiting(site) or (prepared_only and not site.prepared):
                     continue
                 t = self._next_due(site)
                 if t is None:
+                    continue
+                if prepared_only and t not in site.prepared:
+                    site.prepared = {}  # the rest of this site's times go as jobs
                     continue
                 try:
                     outcome = site.run(t)
@@ -364,11 +375,73 @@ class Agent:
                 return None
         return None
 
+    def _first_pass_on_executor(self) -> int:
+        """The first pass of the calibrated sites' due times on the executor, then their
+        decisions here, in time order; returns how many ran. The sites are dealt into at
+        most ``workers`` batches (:func:`monitor.fleet.jobs.run_first_pass`), so that
+        the sites due at the same hour, or an agent catching up, are fitted together
+        (one ``fit_many`` per batch) rather than one job per time. Fewer than two due
+        times in all, a suspect job, or a batch that fails: those times go as jobs, one
+        at a time, as before (a batch that killed its worker turns batching off for
+        :data:`FIRST_PASS_PAUSE_S`)."""
+        if self._deaths.suspects or time.monotonic() < self._first_pass_paused_until:
+            return 0
+        work: list[tuple[SiteRunner, list[datetime]]] = []
+        for site in self.sites:
+            if not site.inspector.calibrated or self._waiting(site):
+                continue
+            try:
+                times = site.due(limit=PREFIT_TIMES)
+            except Exception:  # noqa: BLE001, S112 - the jobs below meet it and report it
+                continue
+            if times:
+                work.append((site, times))
+        if sum(len(times) for _, times in work) < 2:
+            return 0
+        from monitor.fleet.jobs import run_first_pass
+
+        groups = [work[k::self.workers] for k in range(min(self.workers, len(work)))]
+        futures: dict[Future[Any], list[tuple[SiteRunner, list[datetime]]]] = {}
+        for group in groups:
+            try:
+                batches = [site.first_pass_batch(times) for site, times in group]
+                futures[self._executor_now().submit(run_first_pass, batches)] = group
+            except Exception as exc:  # noqa: BLE001 - those sites' times go as jobs
+                log.warning("batched first pass of %d site(s) not sent (%s); their "
+                            "inspections run one by one", len(group), exc)
+        pending = set(futures)
+        while pending and not self._stopping.is_set():
+            _, pending = wait(pending, timeout=self.poll.total_seconds())
+        if self._stopping.is_set():
+            for future in pending:
+                future.cancel()
+            return 0
+        for future, group in futures.items():
+            try:
+                prepared = future.result()
+            except Exception as exc:  # noqa: BLE001 - those sites' times go as jobs
+                died = isinstance(exc, BrokenProcessPool) or killed_worker(exc)
+                if died:
+                    self._close_executor()
+                    self._first_pass_paused_until = time.monotonic() + FIRST_PASS_PAUSE_S
+                log.warning("batched first pass of %d due inspection(s) failed (%s: %s); "
+                            "they run one by one", sum(len(t) for _, t in group),
+                            type(exc).__name__, exc)
+                continue
+            for (site, _), done in zip(group, prepared, strict=True):
+                site.prepared = done
+        try:
+            return self._run_due(prepared_only=True)
+        finally:
+            for site in self.sites:
+                site.prepared = {}
+
     def _run_on_executor(self) -> int:
         """The due inspections of different sites concurrently on the executor, at most
         ``workers`` at a time and one per site (a site's history and incident advance in
-        time order); each result is recorded here as it comes back."""
-        ran = 0
+        time order); each result is recorded here as it comes back. The calibrated
+        sites' due times are first fitted in batches (:meth:`_first_pass_on_executor`)."""
+        ran = self._first_pass_on_executor()
         in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
         busy: set[int] = set()
         while True:

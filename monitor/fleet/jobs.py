@@ -38,6 +38,12 @@ through ``Inspector.run_many``, so their engine fits share one batched tensor pr
 (``CVAggregation.fit_many``) and the agent reads and ships one frame instead of one per
 time. Its results equal one :func:`run_job` per time.
 
+Under the calibrated rule, batches of several sites (``first_pass=True``) go to
+:func:`run_first_pass`: the first pass of their due times (windows, detections and
+engine-part fits, :func:`monitor.inspection.prepare_many`, one ``fit_many`` across the
+sites configured alike), which decides nothing; the agent decides each time in order
+with them, as it does with its own first pass.
+
 :func:`run_detect` returns both statistics alone (a history value) for the same job, for
 computing a calibration history on workers.
 
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pydantic import BaseModel
 
+    from monitor.decision.calibrated_rule import Prepared
     from monitor.storage.state import HistoryValue
     from monitor.windows import ReadWindow
 
@@ -72,8 +79,8 @@ log = logging.getLogger(__name__)
 JobHistory = tuple[tuple[float, float], ...]
 
 __all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError",
-           "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect", "run_job",
-           "worker_died_error"]
+           "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect",
+           "run_first_pass", "run_job", "worker_died_error"]
 
 
 #: Deaths of its worker process, while it ran alone, after which an inspection is recorded
@@ -249,6 +256,8 @@ class InspectionBatch:
     times: tuple[datetime, ...]
     frame: pd.DataFrame | None = field(default=None, repr=False)
     source: SourceRead | None = None
+    #: for :func:`run_first_pass` (any rule: it decides nothing), not :func:`run_batch`
+    first_pass: bool = False
 
     def __post_init__(self) -> None:
         if (self.frame is None) == (self.source is None):
@@ -256,9 +265,10 @@ class InspectionBatch:
                            "agent read) or source= (a SourceRead for the worker to read)")
         if not self.times or list(self.times) != sorted(self.times):
             raise JobError("an InspectionBatch needs one or more times in increasing order")
-        if self.inspector.decision.rule == "calibrated":
+        if self.inspector.decision.rule == "calibrated" and not self.first_pass:
             raise JobError("the calibrated rule needs each inspection's history: send "
-                           "InspectionJobs one at a time, not an InspectionBatch")
+                           "InspectionJobs one at a time, or a first_pass=True batch to "
+                           "run_first_pass, not an InspectionBatch to run_batch")
 
     @property
     def site(self) -> str:
@@ -271,17 +281,19 @@ class InspectionBatch:
 
     @classmethod
     def with_windows(cls, inspector: InspectorSettings, times: Sequence[datetime],
-                     read_window: ReadWindow) -> InspectionBatch:
+                     read_window: ReadWindow, *, first_pass: bool = False) -> InspectionBatch:
         """A batch carrying the readings of its whole span, read here in one query."""
         ts = tuple(sorted(times))
-        return cls(inspector, ts, frame=read_window(*_span(inspector, ts)))
+        return cls(inspector, ts, frame=read_window(*_span(inspector, ts)),
+                   first_pass=first_pass)
 
     @classmethod
     def with_source(cls, inspector: InspectorSettings, times: Sequence[datetime],
-                    source: BaseModel) -> InspectionBatch:
+                    source: BaseModel, *, first_pass: bool = False) -> InspectionBatch:
         """A batch whose worker reads each window from ``source`` itself (InfluxDB: the
         same server-side bins as one job per time)."""
-        return cls(inspector, tuple(sorted(times)), source=_source_read(inspector, source))
+        return cls(inspector, tuple(sorted(times)), source=_source_read(inspector, source),
+                   first_pass=first_pass)
 
     def read_window(self) -> ReadWindow:
         """The worker's ``read_window``: slices of the carried span, or source reads."""
@@ -358,6 +370,17 @@ def run_batch(batch: InspectionBatch) -> list[dict[str, Any]]:
     inspector = batch.inspector.build()
     outcomes = inspector.run_many(list(batch.times), batch.read_window())
     return [outcome.result for outcome in outcomes]
+
+
+def run_first_pass(batches: Sequence[InspectionBatch]) -> list[dict[datetime, Prepared]]:
+    """The first pass of several sites' due times (one ``first_pass`` batch per site),
+    as :func:`monitor.inspection.prepare_many` gives it in the agent's own process: for
+    each batch, its times' windows, detections and engine-part fits, those of sites
+    configured alike in one ``fit_many``. Picklable, module-level, no state."""
+    from monitor.inspection import prepare_many
+
+    return prepare_many([(batch.inspector.build(), list(batch.times), batch.read_window())
+                         for batch in batches])
 
 
 def run_detect(job: InspectionJob) -> HistoryValue | None:

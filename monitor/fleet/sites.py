@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from monitor.decision.calibrated_rule import Prepared
-    from monitor.fleet.jobs import InspectionJob
+    from monitor.fleet.jobs import InspectionBatch, InspectionJob
     from monitor.storage.state import Ack, HistoryValue
 
 log = logging.getLogger(__name__)
@@ -321,6 +321,17 @@ class SiteRunner:
         if self.source is not None:
             return InspectionJob.with_source(settings, t, self.source, history=history)
         return InspectionJob.with_windows(settings, t, self.read_window, history=history)
+
+    def first_pass_batch(self, times: Sequence[datetime]) -> InspectionBatch:
+        """The first pass of ``times`` as a batch for a worker
+        (:func:`monitor.fleet.jobs.run_first_pass`): with one frame of their whole span
+        read here, or with the source's config for a source a worker reaches itself."""
+        from monitor.fleet.jobs import InspectionBatch, InspectorSettings
+
+        settings = InspectorSettings.of(self.inspector)
+        if self.source is not None:
+            return InspectionBatch.with_source(settings, times, self.source, first_pass=True)
+        return InspectionBatch.with_windows(settings, times, self.read_window, first_pass=True)
 
     def commit(self, t: datetime, result: dict[str, Any]) -> str | None:
         """Advance the history and incident with ``result`` and record it: ledger, outbox,

@@ -32,7 +32,9 @@ from tests.result_contract import check
 from tests.servers import DaskScheduler, DaskWorker, free_port
 from tests.shared_data import DELAY_DEV
 
-pytestmark = pytest.mark.integration
+# Each backfill of d1 on a cluster takes 1-2.5 min on a slow 2-core VM beside the rest of
+# the suite (137 s on 2026-11-29): three times that, as for the other replays here.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 D1 = DELAY_DEV / "d1" / "pressures.csv.gz"
 # live profile: ok, then the first firing inspections of d1 (an incident opens at 23:00,
