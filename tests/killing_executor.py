@@ -12,10 +12,12 @@ from typing import Any
 
 def die_at(t_kill: datetime, site: str | None, fn: Any, job: Any) -> Any:
     """``fn(job)``, except that the process dies on the spot when ``job`` (an
-    InspectionJob or InspectionBatch) covers ``t_kill`` (of ``site``, when given)."""
-    times = getattr(job, "times", None) or (job.inspection_time,)
-    if t_kill in times and site in (None, job.site):
-        os._exit(1)
+    InspectionJob or InspectionBatch, or a list of batches: an agent's first pass) covers
+    ``t_kill`` (of ``site``, when given)."""
+    for one in job if isinstance(job, list) else [job]:
+        times = getattr(one, "times", None) or (one.inspection_time,)
+        if t_kill in times and site in (None, one.site):
+            os._exit(1)
     return fn(job)
 
 

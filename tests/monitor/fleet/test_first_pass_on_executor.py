@@ -4,6 +4,7 @@ passes (``run_first_pass``, at most one per worker) instead of one job per time,
 them in time order, and gives every result the in-process agent gives."""
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import numpy as np
@@ -67,8 +68,10 @@ def _run(agent, monkeypatch) -> tuple[dict[tuple[str, str], dict], int]:
     try:
         assert agent.store is not None
         agent.store.add(_readings())
-        while agent.tick():
-            pass
+        deadline = time.monotonic() + 300
+        while agent.due() and time.monotonic() < deadline:
+            if not agent.tick():
+                time.sleep(0.2)  # a site waiting out a lost worker's backoff
     finally:
         agent.stop()
     return results, len(jobs)
@@ -97,3 +100,31 @@ def test_sites_due_together_go_as_batched_first_passes_and_equal_the_agent_inlin
         assert (a is None) == (b is None), key
         if a is not None:
             assert abs(a - b) <= 1e-9 * max(abs(a), abs(b)), (key, a, b)
+
+
+@pytest.mark.slow
+def test_a_first_pass_that_kills_its_worker_leaves_its_times_to_single_jobs(
+        tmp_path, monkeypatch, caplog):
+    """South's time at hour 110 kills the process that runs it, first pass or job (as
+    out-of-memory would). The first pass that holds it dies; batching pauses, the times
+    go one job each, that time ends as an ``error`` result once it has died alone, and
+    every other result is the in-process agent's."""
+    import logging
+
+    from monitor.fleet.executors import LocalExecutor
+    from tests.killing_executor import KillingExecutor
+
+    poison = datetime.fromtimestamp(T0 + 110 * HOUR, UTC)
+    agent = _agent(tmp_path, "pool", {"type": "local", "workers": 2})
+    agent._executor_factory = lambda: KillingExecutor(LocalExecutor(2), poison, "south")
+    caplog.set_level(logging.WARNING)
+    pooled, single_jobs = _run(agent, monkeypatch)
+    inline, _ = _run(_agent(tmp_path, "inline", {"type": "inline"}), monkeypatch)
+    assert "batched first pass" in caplog.text and "BrokenProcessPool" in caplog.text
+    assert single_jobs >= 10  # after the death, the times went as jobs
+    assert sorted(pooled) == sorted(inline)
+    for key, result in pooled.items():
+        if key == ("south", poison.strftime("%Y-%m-%dT%H:%M:%SZ")):
+            assert result["status"] == "error" and "BrokenProcessPool" in result["error"]
+        else:
+            assert result["status"] == inline[key]["status"], key
