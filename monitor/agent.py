@@ -375,17 +375,18 @@ class Agent:
                 return None
         return None
 
-    def _first_pass_on_executor(self) -> int:
+    def _first_pass_on_executor(self) -> tuple[int, bool]:
         """The first pass of the calibrated sites' due times on the executor, then their
-        decisions here, in time order; returns how many ran. The sites are dealt into at
-        most ``workers`` batches (:func:`monitor.fleet.jobs.run_first_pass`), so that
-        the sites due at the same hour, or an agent catching up, are fitted together
-        (one ``fit_many`` per batch) rather than one job per time. Fewer than two due
-        times in all, a suspect job, or a batch that fails: those times go as jobs, one
-        at a time, as before (a batch that killed its worker turns batching off for
+        decisions here, in time order; returns how many ran, and False when a batch
+        failed (the tick sends no further one). The sites are dealt into at most
+        ``workers`` batches (:func:`monitor.fleet.jobs.run_first_pass`), so that the
+        sites due at the same hour, or an agent catching up, are fitted together (one
+        ``fit_many`` per batch) rather than one job per time. Fewer than two due times
+        in all, a suspect job, or a batch that fails: those times go as jobs, one at a
+        time, as before (a batch that killed its worker turns batching off for
         :data:`FIRST_PASS_PAUSE_S`)."""
         if self._deaths.suspects or time.monotonic() < self._first_pass_paused_until:
-            return 0
+            return 0, True
         work: list[tuple[SiteRunner, list[datetime]]] = []
         for site in self.sites:
             if not site.inspector.calibrated or self._waiting(site):
@@ -397,16 +398,18 @@ class Agent:
             if times:
                 work.append((site, times))
         if sum(len(times) for _, times in work) < 2:
-            return 0
+            return 0, True
         from monitor.fleet.jobs import run_first_pass
 
         groups = [work[k::self.workers] for k in range(min(self.workers, len(work)))]
         futures: dict[Future[Any], list[tuple[SiteRunner, list[datetime]]]] = {}
+        ok = True
         for group in groups:
             try:
                 batches = [site.first_pass_batch(times) for site, times in group]
                 futures[self._executor_now().submit(run_first_pass, batches)] = group
             except Exception as exc:  # noqa: BLE001 - those sites' times go as jobs
+                ok = False
                 log.warning("batched first pass of %d site(s) not sent (%s); their "
                             "inspections run one by one", len(group), exc)
         pending = set(futures)
@@ -415,11 +418,12 @@ class Agent:
         if self._stopping.is_set():
             for future in pending:
                 future.cancel()
-            return 0
+            return 0, ok
         for future, group in futures.items():
             try:
                 prepared = future.result()
             except Exception as exc:  # noqa: BLE001 - those sites' times go as jobs
+                ok = False
                 died = isinstance(exc, BrokenProcessPool) or killed_worker(exc)
                 if died:
                     self._close_executor()
@@ -431,7 +435,7 @@ class Agent:
             for (site, _), done in zip(group, prepared, strict=True):
                 site.prepared = done
         try:
-            return self._run_due(prepared_only=True)
+            return self._run_due(prepared_only=True), ok
         finally:
             for site in self.sites:
                 site.prepared = {}
@@ -440,11 +444,19 @@ class Agent:
         """The due inspections of different sites concurrently on the executor, at most
         ``workers`` at a time and one per site (a site's history and incident advance in
         time order); each result is recorded here as it comes back. The calibrated
-        sites' due times are first fitted in batches (:meth:`_first_pass_on_executor`)."""
-        ran = self._first_pass_on_executor()
+        sites' due times are fitted in batches first (:meth:`_first_pass_on_executor`),
+        and again whenever nothing is in flight: readings that arrive in a burst while the
+        tick runs are caught up in batches too."""
+        ran = 0
+        batched = True  # False once a batch failed: this tick sends jobs alone
         in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
         busy: set[int] = set()
         while True:
+            if batched and not in_flight and not self._stopping.is_set():
+                done_here, batched = self._first_pass_on_executor()
+                ran += done_here
+                if done_here:
+                    continue  # what fell due meanwhile is batched next, before any job
             room = 1 if self._deaths.suspects else self.workers  # a suspect runs alone
             while len(in_flight) < room and not self._stopping.is_set():
                 submitted = self._submit(busy)

@@ -128,3 +128,43 @@ def test_a_first_pass_that_kills_its_worker_leaves_its_times_to_single_jobs(
             assert result["status"] == "error" and "BrokenProcessPool" in result["error"]
         else:
             assert result["status"] == inline[key]["status"], key
+
+
+@pytest.mark.slow
+def test_a_burst_during_a_tick_on_an_executor_is_batched_too(tmp_path, monkeypatch):
+    """Readings of the last 16 hours land while the tick decides its first results: once
+    nothing is in flight the tick batches what is due by then, rather than sending one
+    job per time, and every status is the in-process agent's."""
+    cut = T0 + (HOURS - 16) * HOUR
+    readings = _readings()
+    first = [r for r in readings if r.time < cut]
+    burst = [r for r in readings if r.time >= cut]
+    agent = _agent(tmp_path, "pool", {"type": "local", "workers": 2})
+    finish = agent._finish
+    landed = []
+    pooled: dict[tuple[str, str], dict] = {}
+
+    def finish_then_burst(site, t, outcome, job=None):
+        pooled[(site.name, outcome.result["inspection_time"])] = outcome.result
+        out = finish(site, t, outcome, job)
+        if not landed:
+            landed.append(t)
+            agent.store.add(burst)
+        return out
+
+    monkeypatch.setattr(agent, "_finish", finish_then_burst)
+    jobs = []
+    submit_job = agent._submit_job
+    monkeypatch.setattr(agent, "_submit_job", lambda job: (jobs.append(job), submit_job(job))[1])
+    try:
+        assert agent.store is not None
+        agent.store.add(first)
+        ran = agent.tick()
+    finally:
+        agent.stop()
+    inline, _ = _run(_agent(tmp_path, "inline", {"type": "inline"}), monkeypatch)
+    assert landed and ran == len(inline)  # the one tick went on through the burst
+    assert len(jobs) < 8, len(jobs)  # 3 sites x 16 burst hours, batched
+    assert sorted(pooled) == sorted(inline)
+    for key, result in pooled.items():
+        assert result["status"] == inline[key]["status"], key
