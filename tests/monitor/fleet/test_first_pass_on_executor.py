@@ -15,6 +15,10 @@ from monitor.compose import build_agent
 from monitor.config import validate_config
 from monitor.storage.store import site_key
 
+# Process pools started several times (a lost worker each time): 50-77 s on a slow
+# 2-core VM beside the rest of the suite, so three times that and more.
+pytestmark = pytest.mark.timeout(900)
+
 T0 = datetime(2026, 1, 5, tzinfo=UTC).timestamp()  # a Monday
 HOUR = 3600.0
 SITES = ("north", "south", "east")
