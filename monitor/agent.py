@@ -32,7 +32,12 @@ from connectors.base import ConnectorError, Reading, StreamSource, WindowSource
 from connectors.timeutil import iso
 from monitor.decision.tracker import SiteTracker
 from monitor.fleet.executors import close_executor
-from monitor.fleet.jobs import WorkerDeaths, killed_worker, worker_died_error
+from monitor.fleet.jobs import (
+    WorkerDeaths,
+    killed_worker,
+    run_first_pass,
+    worker_died_error,
+)
 from monitor.fleet.sites import SiteRouter, SiteRunner
 from monitor.inspection import PREFIT_TIMES, Inspector, Outcome, prepare_many
 from monitor.service.metrics import Metrics
@@ -231,6 +236,23 @@ class Agent:
             return None
         return pending[0] if pending else None
 
+    def _first_pass_work(self) -> list[tuple[SiteRunner, list[datetime]]]:
+        """The calibrated, not waiting sites with their due times (up to
+        :data:`~monitor.inspection.PREFIT_TIMES` each), worth a batched first pass: empty
+        when fewer than two times are due in all. A site whose due times cannot be found
+        is left out; the inspection that runs next meets the trouble and reports it."""
+        work: list[tuple[SiteRunner, list[datetime]]] = []
+        for site in self.sites:
+            if not site.inspector.calibrated or self._waiting(site):
+                continue
+            try:
+                times = site.due(limit=PREFIT_TIMES)
+            except Exception:  # noqa: BLE001, S112 - reported by the run that meets it
+                continue
+            if times:
+                work.append((site, times))
+        return work if sum(len(times) for _, times in work) >= 2 else []
+
     def _prefit(self) -> bool:
         """The first pass of the calibrated sites' due inspections (the sites due at the
         same hour; an agent catching up after a restart or replaying on the data clock):
@@ -238,17 +260,8 @@ class Agent:
         (:func:`monitor.inspection.prepare_many`), decided one by one after. A single
         due time is fitted as it runs; anything that fails here is left to that run.
         False when the batched pass failed (the caller does not retry it this tick)."""
-        work: list[tuple[SiteRunner, list[datetime]]] = []
-        for site in self.sites:
-            if not site.inspector.calibrated or self._waiting(site):
-                continue
-            try:
-                times = site.due(limit=PREFIT_TIMES)
-            except Exception:  # noqa: BLE001, S112 - the run below meets it and reports it
-                continue
-            if times:
-                work.append((site, times))
-        if sum(len(times) for _, times in work) < 2:
+        work = self._first_pass_work()
+        if not work:
             return True
         try:
             prepared = prepare_many([(site.inspector, times, site.read_window)
@@ -387,20 +400,9 @@ class Agent:
         :data:`FIRST_PASS_PAUSE_S`)."""
         if self._deaths.suspects or time.monotonic() < self._first_pass_paused_until:
             return 0, True
-        work: list[tuple[SiteRunner, list[datetime]]] = []
-        for site in self.sites:
-            if not site.inspector.calibrated or self._waiting(site):
-                continue
-            try:
-                times = site.due(limit=PREFIT_TIMES)
-            except Exception:  # noqa: BLE001, S112 - the jobs below meet it and report it
-                continue
-            if times:
-                work.append((site, times))
-        if sum(len(times) for _, times in work) < 2:
+        work = self._first_pass_work()
+        if not work:
             return 0, True
-        from monitor.fleet.jobs import run_first_pass
-
         groups = [work[k::self.workers] for k in range(min(self.workers, len(work)))]
         futures: dict[Future[Any], list[tuple[SiteRunner, list[datetime]]]] = {}
         ok = True
