@@ -539,7 +539,7 @@ class Agent:
         """Record one result (ledger + outbox + history + incident, one transaction), then
         hand it to the sinks, the metrics, the log and the report worker."""
         result = outcome.result
-        event = site.commit(t, result)
+        event = site.commit(t, result, outcome.windows)
         if event is not None:
             log.warning("incident %s %s: %s", result["incident"]["id"], event,
                         ", ".join(result["incident"]["sensors"]))

@@ -595,7 +595,8 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                 for t in chunk:  # the second: decisions, history and incidents in order
                     outcome = inspector.run(t, read, tracker.history_at(t),
                                             prepared=prepared.pop(t, None))
-                    observe(tracker, outcome.result, read, t in plan.probes)
+                    observe(tracker, outcome.result, read, t in plan.probes,
+                            outcome.windows)
                     outcomes.append(outcome)
             for t, outcome in zip(chunk, outcomes, strict=True):
                 if t not in plan.emit:

@@ -26,8 +26,9 @@ Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -234,26 +235,141 @@ def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray
 def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
            ) -> Detection:
     """The statistic for one pair of windows (raw resampled values, gaps already filled)."""
-    if list(before.columns) != list(after.columns):
-        raise DetectionError("before and after windows hold different sensors")
-    n_b, n_a = len(before), len(after)
-    if n_b < 2 * n_a + 2:
-        raise DetectionError(
-            f"the before window ({n_b} rows) must hold more than twice the after window "
-            f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
-    rb, ra = profile_residuals(before, after, settings.period)
-    scale = rb.std(axis=0)
+    out = detect_many([(before, after)], settings)[0]
+    if isinstance(out, DetectionError):
+        raise out
+    return out
+
+
+def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+                settings: DetectorSettings) -> list[Detection | DetectionError]:
+    """:func:`detect` of each ``(before, after)`` pair, or the :class:`DetectionError` it
+    raises. Pairs of one shape (before rows, after rows, the same sensors) are computed as
+    one stacked array program, (T, n_b, D) and (T, n_a, D): a backfill's hundreds of
+    windows cost a few array operations, not hundreds of small ones. Each window's
+    numbers are its own alone (every step works along its own rows and sensors).
+
+    >>> idx = pd.date_range("2024-01-01", periods=60, freq="h")
+    >>> x = pd.DataFrame(np.random.default_rng(0).standard_normal((60, 4)), index=idx,
+    ...                  columns=list("abcd"))
+    >>> one = detect(x.iloc[:40], x.iloc[40:48], DetectorSettings(local_level_rows=8))
+    >>> many = detect_many([(x.iloc[:40], x.iloc[40:48]), (x.iloc[4:44], x.iloc[44:52])],
+    ...                    DetectorSettings(local_level_rows=8))
+    >>> bool(np.array_equal(many[0].z, one.z)), len(many)
+    (True, 2)
+    """
+    out: list[Detection | DetectionError | None] = [None] * len(pairs)
+    groups: dict[tuple[int, int, tuple[Any, ...]], list[int]] = {}
+    for i, (before, after) in enumerate(pairs):
+        if list(before.columns) != list(after.columns):
+            out[i] = DetectionError("before and after windows hold different sensors")
+            continue
+        n_b, n_a = len(before), len(after)
+        if n_b < 2 * n_a + 2:
+            out[i] = DetectionError(
+                f"the before window ({n_b} rows) must hold more than twice the after window "
+                f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
+            continue
+        groups.setdefault((n_b, n_a, tuple(before.columns)), []).append(i)
+    for members in groups.values():
+        for i, detection in zip(members, _detect_stacked([pairs[i] for i in members], settings),
+                                strict=True):
+            out[i] = detection
+    return [d for d in out if d is not None]
+
+
+def _detect_stacked(pairs: list[tuple[pd.DataFrame, pd.DataFrame]],
+                    settings: DetectorSettings) -> list[Detection]:
+    """The statistic of T pairs of one shape: steps 1-4 of the module docstring on
+    (T, n_b, D) and (T, n_a, D) arrays."""
+    period = settings.period
+    xb = np.stack([b.to_numpy(dtype=float) for b, _ in pairs])  # (T, n_b, D)
+    xa = np.stack([a.to_numpy(dtype=float) for _, a in pairs])  # (T, n_a, D)
+    slots_b = np.stack([_slots(b.index, period) for b, _ in pairs])  # (T, n_b)
+    slots_a = np.stack([_slots(a.index, period) for _, a in pairs])
+    table = _profile_tables(xb, slots_b, period)  # (T, slots, D)
+    rows = np.arange(len(pairs))[:, None]
+    rb, ra = xb - table[rows, slots_b], xa - table[rows, slots_a]
+    scale = rb.std(axis=1, keepdims=True)  # (T, 1, D)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    rb, ra = remove_common_mode(rb / scale, ra / scale, settings.common_modes)
-    z = level_shift_z(rb, ra, settings.local_level_rows)
+    rb, ra = _remove_common_modes(rb / scale, ra / scale, settings.common_modes)
+    n_b, n_a = rb.shape[1], ra.shape[1]
     local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
-    shift = (ra.mean(axis=0) - rb[-local:].mean(axis=0)) * scale  # back in source units
-    z2 = np.sort(np.where(np.isfinite(z), z, 0.0) ** 2)
-    value = float(z2[-min(settings.top_k, len(z2)):].mean())
-    cols = list(before.columns)
-    return Detection(
-        value=value,
-        z=pd.Series(np.where(np.isfinite(z), z, 0.0), index=cols),
-        before_residuals=pd.DataFrame(rb, index=before.index, columns=cols),
-        after_residuals=pd.DataFrame(ra, index=after.index, columns=cols),
-        shift=pd.Series(np.nan_to_num(shift), index=cols))
+    z = _level_shift_z_stacked(rb, ra, local)  # (T, D)
+    shift = (ra.mean(axis=1) - rb[:, -local:].mean(axis=1)) * scale[:, 0]  # source units
+    z = np.where(np.isfinite(z), z, 0.0)
+    z2 = np.sort(z ** 2, axis=1)
+    values = z2[:, -min(settings.top_k, z2.shape[1]):].mean(axis=1) if z2.shape[1] else \
+        np.full(len(pairs), np.nan)
+    cols = pairs[0][0].columns  # one Index for every frame: built from a list, 4 per window
+    return [Detection(value=float(values[k]), z=pd.Series(z[k], index=cols),
+                      before_residuals=pd.DataFrame(rb[k], index=b.index, columns=cols),
+                      after_residuals=pd.DataFrame(ra[k], index=a.index, columns=cols),
+                      shift=pd.Series(np.nan_to_num(shift[k]), index=cols))
+            for k, (b, a) in enumerate(pairs)]
+
+
+def _profile_tables(xb: np.ndarray, slots: np.ndarray, period: Period) -> np.ndarray:
+    """:func:`profile_table` of each window of ``xb`` (T, n_b, D) with its row slots
+    ``slots`` (T, n_b): (T, 48 | 24 | 1, D)."""
+    mean = np.nanmean(xb, axis=1)  # (T, D)
+    if period == "none":
+        return mean[:, None, :]
+    hours = slots % 24 if period == "week" else slots
+    table = _slot_means_stacked(xb, hours, 24, mean[:, None, :])
+    if period == "week":
+        table = _slot_means_stacked(xb, slots, 48, np.concatenate([table, table], axis=1))
+    return table
+
+
+def _slot_means_stacked(x: np.ndarray, slots: np.ndarray, n_slots: int,
+                        fallback: np.ndarray) -> np.ndarray:
+    """:func:`_slot_means` of each window: ``x`` (T, n, D), ``slots`` (T, n), ``fallback``
+    (T, n_slots | 1, D) -> (T, n_slots, D), in one bincount over (window, slot, sensor)
+    cells (each cell sums its rows in row order, as for one window)."""
+    t, _, d = x.shape
+    finite = np.isfinite(x)
+    windows = np.arange(t)[:, None] * n_slots + slots  # (T, n)
+    cells = (windows[:, :, None] * d + np.arange(d)).ravel()
+    size = t * n_slots * d
+    sums = np.bincount(cells, np.where(finite, x, 0.0).ravel(), minlength=size)
+    counts = np.bincount(cells, finite.ravel().astype(float), minlength=size)
+    sums, counts = sums.reshape(t, n_slots, d), counts.reshape(t, n_slots, d)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, fallback)
+
+
+def _remove_common_modes(rb: np.ndarray, ra: np.ndarray, modes: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`remove_common_mode` of each window: ``rb`` (T, n_b, D), ``ra`` (T, n_a, D),
+    each window's loadings and directions learned on its own before rows."""
+    cb = np.median(rb, axis=2, keepdims=True)  # (T, n_b, 1)
+    denom = (cb ** 2).sum(axis=(1, 2))  # (T,)
+    safe = np.where(denom > 0, denom, 1.0)
+    beta = np.where((denom > 0)[:, None], (rb * cb).sum(axis=1) / safe[:, None], 0.0)
+    beta = beta[:, None, :]  # (T, 1, D)
+
+    def median_out(r: np.ndarray) -> np.ndarray:
+        return r - np.median(r, axis=2, keepdims=True) * beta
+
+    rb_m, ra_m = rb - cb * beta, median_out(ra)
+    if not (modes > 0 and rb.shape[2] > modes + 1):
+        return rb_m, ra_m
+    _, _, vt = np.linalg.svd(rb_m - rb_m.mean(axis=1, keepdims=True), full_matrices=False)
+    p = np.swapaxes(vt[:, :modes], 1, 2)  # (T, D, modes)
+    pt = np.swapaxes(p, 1, 2)
+    return rb_m - (rb_m @ p) @ pt, ra_m - (ra_m @ p) @ pt
+
+
+def _level_shift_z_stacked(rb: np.ndarray, ra: np.ndarray, local: int) -> np.ndarray:
+    """:func:`level_shift_z` of each window (``local`` already clipped): (T, D)."""
+    n_b, n_a = rb.shape[1], ra.shape[1]
+    zeros = np.zeros((rb.shape[0], 1, rb.shape[2]))
+    csum = np.concatenate([zeros, np.cumsum(rb, axis=1)], axis=1)
+    after_means = (csum[:, n_a:] - csum[:, :-n_a]) / n_a
+    level_means = (csum[:, local:] - csum[:, :-local]) / local
+    k = n_b - local - n_a + 1
+    null = after_means[:, local:local + k] - level_means[:, :k]  # (T, k, D)
+    spread = np.sqrt(np.mean(null ** 2, axis=1))
+    spread = np.where(spread > 1e-12, spread, np.inf)  # a flat sensor never counts
+    return (ra.mean(axis=1) - rb[:, -local:].mean(axis=1)) / spread

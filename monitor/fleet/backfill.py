@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from monitor.inspection import Inspector
     from monitor.schedule import InspectionPlan
     from monitor.storage.state import HistoryValue
-    from monitor.windows import ReadWindow
+    from monitor.windows import ReadWindow, Windows
 
 log = logging.getLogger(__name__)
 
@@ -133,16 +133,17 @@ def plan_backfill(outputs: Sequence[datetime], schedule: InspectionPlan | None,
 
 
 def observe(tracker: SiteTracker, result: dict[str, Any], read_window: ReadWindow,
-            probe: bool = False) -> None:
+            probe: bool = False, windows: Windows | None = None) -> None:
     """``tracker.observe(result)``; a probe (a time off the agent's schedule) is observed
     on a copy, so its result gets the incident block the agent would have given it while
-    the agent's history and incident stay as they were."""
+    the agent's history and incident stay as they were. ``windows``: the result's own
+    windows, when this process built them (:meth:`SiteTracker.observe`)."""
     if probe:
         import copy
 
         memo = {id(tracker.inspector): tracker.inspector, id(tracker.incidents): tracker.incidents}
         tracker = copy.deepcopy(tracker, memo)
-    tracker.observe(result, read_window)
+    tracker.observe(result, read_window, windows=windows)
 
 
 @dataclass

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from monitor.decision.calibrated_rule import Prepared
     from monitor.fleet.jobs import InspectionBatch, InspectionJob
     from monitor.storage.state import Ack, HistoryValue
+    from monitor.windows import Windows
 
 log = logging.getLogger(__name__)
 
@@ -333,9 +334,12 @@ class SiteRunner:
             return InspectionBatch.with_source(settings, times, self.source, first_pass=True)
         return InspectionBatch.with_windows(settings, times, self.read_window, first_pass=True)
 
-    def commit(self, t: datetime, result: dict[str, Any]) -> str | None:
+    def commit(self, t: datetime, result: dict[str, Any], windows: Windows | None = None
+               ) -> str | None:
         """Advance the history and incident with ``result`` and record it: ledger, outbox,
-        history value and incident in ONE transaction. Returns the incident event."""
+        history value and incident in ONE transaction. Returns the incident event.
+        ``windows``: the result's windows when this process built them (not when it came
+        back from an executor), which the incident checks then need not build again."""
         if self.tracker is None:
             self.state.commit_inspection(t.timestamp(), result)
             return None
@@ -345,7 +349,7 @@ class SiteRunner:
         # incident that is no longer open (a duplicate, a late one) has nothing left to
         # do; one for a second open incident waits for the next result.
         acks = self.state.pending_acks()
-        kept, event = self.tracker.observe(result, self.read_window, acks)
+        kept, event = self.tracker.observe(result, self.read_window, acks, windows)
         self.state.commit_inspection(t.timestamp(), result, statistic=kept,
                                      incident=self.tracker.saved_incidents(),
                                      applied_acks=self.tracker.applied_acks,
