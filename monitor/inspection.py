@@ -333,15 +333,13 @@ class Inspector:
                        ) -> dict[datetime, Prepared]:
         """The windows and the level statistic's detection at each of ``times`` whose
         windows can give it (no engine fit yet: :func:`prepare_many`)."""
-        from engine.live.residual_shift import DetectionError, detect
+        from engine.live.residual_shift import DetectionError, detect_many
 
-        out: dict[datetime, Prepared] = {}
-        for t, w in self._windows_many(times, read_window).items():
-            try:
-                out[t] = Prepared(w, detect(w.before_raw, w.after_raw, self.decision.detector))
-            except DetectionError:
-                continue
-        return out
+        windows = self._windows_many(times, read_window)
+        detections = detect_many([(w.before_raw, w.after_raw) for w in windows.values()],
+                                 self.decision.detector)
+        return {t: Prepared(w, d) for (t, w), d in zip(windows.items(), detections, strict=True)
+                if not isinstance(d, DetectionError)}
 
 
 def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]], *,
