@@ -339,14 +339,19 @@ class Agent:
         except Exception:
             log.exception("closing the executor failed")
 
-    def _submit(self, busy: set[int]) -> tuple[SiteRunner, datetime, Any, Future[Any]] | None:
+    def _submit(self, busy: set[int], hold_backlogs: bool = False
+                ) -> tuple[SiteRunner, datetime, Any, Future[Any]] | None:
         """The next site (round robin) that is free and has a due inspection: its job,
-        submitted. None when no site has one (or no executor can take it now)."""
+        submitted. None when no site has one (or no executor can take it now).
+        ``hold_backlogs``: a calibrated site with two or more due times sends no job; it
+        waits for the batched first pass that follows once nothing is in flight."""
         n = len(self.sites)
         for k in range(n):
             i = (self._next_site + k) % n
             site = self.sites[i]
             if i in busy or self._waiting(site):
+                continue
+            if hold_backlogs and self._has_backlog(site):
                 continue
             t = self._next_due(site)
             if t is None:
@@ -366,6 +371,22 @@ class Agent:
             busy.add(i)
             return site, t, job, future
         return None
+
+    def _has_backlog(self, site: SiteRunner) -> bool:
+        """Whether ``site`` is calibrated and has two or more due times: worth a batched
+        first pass rather than a job each (False when its due times cannot be found; the
+        job's preparation meets the trouble and reports it)."""
+        if not site.inspector.calibrated:
+            return False
+        try:
+            return len(site.due(limit=2)) >= 2
+        except Exception:  # noqa: BLE001 - reported by the job that meets it
+            return False
+
+    def _first_pass_allowed(self) -> bool:
+        """No suspect job (a time that may kill its worker runs alone) and batching not
+        paused after a first pass killed its worker."""
+        return not self._deaths.suspects and time.monotonic() >= self._first_pass_paused_until
 
     def _submit_job(self, job: Any) -> Future[Any] | None:
         """Submit one job; a pool that broke while idle (a process died) is replaced once.
@@ -398,7 +419,7 @@ class Agent:
         in all, a suspect job, or a batch that fails: those times go as jobs, one at a
         time, as before (a batch that killed its worker turns batching off for
         :data:`FIRST_PASS_PAUSE_S`)."""
-        if self._deaths.suspects or time.monotonic() < self._first_pass_paused_until:
+        if not self._first_pass_allowed():
             return 0, True
         work = self._first_pass_work()
         if not work:
@@ -448,7 +469,8 @@ class Agent:
         time order); each result is recorded here as it comes back. The calibrated
         sites' due times are fitted in batches first (:meth:`_first_pass_on_executor`),
         and again whenever nothing is in flight: readings that arrive in a burst while the
-        tick runs are caught up in batches too."""
+        tick runs are caught up in batches too, the sites with a backlog sending no job
+        while others are in flight."""
         ran = 0
         batched = True  # False once a batch failed: this tick sends jobs alone
         in_flight: dict[Future[Any], tuple[int, SiteRunner, datetime, Any]] = {}
@@ -461,7 +483,11 @@ class Agent:
                     continue  # what fell due meanwhile is batched next, before any job
             room = 1 if self._deaths.suspects else self.workers  # a suspect runs alone
             while len(in_flight) < room and not self._stopping.is_set():
-                submitted = self._submit(busy)
+                # While jobs are in flight, a site whose readings came in a burst waits
+                # for them: once nothing is in flight its backlog goes as a first pass
+                # (at the loop's top), not one job per time that keeps the pool busy.
+                hold = batched and bool(in_flight) and self._first_pass_allowed()
+                submitted = self._submit(busy, hold_backlogs=hold)
                 if submitted is None:
                     break
                 site, t, job, future = submitted

@@ -172,3 +172,53 @@ def test_a_burst_during_a_tick_on_an_executor_is_batched_too(tmp_path, monkeypat
     assert sorted(pooled) == sorted(inline)
     for key, result in pooled.items():
         assert result["status"] == inline[key]["status"], key
+
+
+@pytest.mark.slow
+def test_a_burst_while_jobs_are_in_flight_waits_for_them_and_is_batched(tmp_path, monkeypatch):
+    """The tick starts with batching paused (as after a first pass that killed its
+    worker), so its first due time goes as a job; the pause ends and the rest of the
+    readings land while that job is in flight. The sites with a backlog send no job
+    meanwhile: once the job is back, their times go as first passes, not one job each
+    that would keep the pool busy to the end of the burst, and every status is the
+    in-process agent's."""
+    cut = T0 + 54 * HOUR  # two due times a site before the burst
+    readings = _readings()
+    first = [r for r in readings if r.time < cut]
+    burst = [r for r in readings if r.time >= cut]
+    agent = _agent(tmp_path, "pool", {"type": "local", "workers": 2})
+    pooled: dict[tuple[str, str], dict] = {}
+    finish = agent._finish
+
+    def recorded(site, t, outcome, job=None):
+        pooled[(site.name, outcome.result["inspection_time"])] = outcome.result
+        return finish(site, t, outcome, job)
+
+    jobs = []
+    submit_job = agent._submit_job
+
+    def burst_on_the_first_job(job):
+        future = submit_job(job)
+        jobs.append(job)
+        if len(jobs) == 1:  # the job is in flight: the pause ends and the burst lands
+            agent._first_pass_paused_until = float("-inf")
+            agent.store.add(burst)
+        return future
+
+    monkeypatch.setattr(agent, "_finish", recorded)
+    monkeypatch.setattr(agent, "_submit_job", burst_on_the_first_job)
+    try:
+        assert agent.store is not None
+        agent.store.add(first)
+        agent._first_pass_paused_until = time.monotonic() + 3600
+        ran = agent.tick()
+    finally:
+        agent.stop()
+    inline, _ = _run(_agent(tmp_path, "inline", {"type": "inline"}), monkeypatch)
+    assert ran == len(inline)  # the one tick went on through the burst
+    # 3 sites x about 60 due times: one job before the burst, then first passes (a job
+    # per time for all of them before)
+    assert len(jobs) < 8, len(jobs)
+    assert sorted(pooled) == sorted(inline)
+    for key, result in pooled.items():
+        assert result["status"] == inline[key]["status"], key
