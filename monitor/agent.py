@@ -249,7 +249,7 @@ class Agent:
                 times = site.due(limit=PREFIT_TIMES)
             except Exception:  # noqa: BLE001, S112 - reported by the run that meets it
                 continue
-            if times:
+            if times and not self._missed(site, times[0]):
                 work.append((site, times))
         return work if sum(len(times) for _, times in work) >= 2 else []
 
@@ -309,6 +309,7 @@ class Agent:
                     continue
                 if prepared_only and t not in site.prepared:
                     site.prepared = {}  # the rest of this site's times go as jobs
+                    site.first_pass_miss = t
                     continue
                 try:
                     outcome = site.run(t)
@@ -372,16 +373,24 @@ class Agent:
             return site, t, job, future
         return None
 
+    @staticmethod
+    def _missed(site: SiteRunner, t: datetime) -> bool:
+        """Whether ``t``, the site's next due time, is at or before the time an executor's
+        first pass could not give: that one goes as a job first (batching the site again
+        before it would fit its later times for nothing)."""
+        return site.first_pass_miss is not None and t <= site.first_pass_miss
+
     def _has_backlog(self, site: SiteRunner) -> bool:
-        """Whether ``site`` is calibrated and has two or more due times: worth a batched
-        first pass rather than a job each (False when its due times cannot be found; the
-        job's preparation meets the trouble and reports it)."""
+        """Whether ``site`` is calibrated and has two or more due times that the next
+        first pass can take: worth a batch rather than a job each (False when its due
+        times cannot be found; the job's preparation meets the trouble and reports it)."""
         if not site.inspector.calibrated:
             return False
         try:
-            return len(site.due(limit=2)) >= 2
+            times = site.due(limit=2)
         except Exception:  # noqa: BLE001 - reported by the job that meets it
             return False
+        return len(times) >= 2 and not self._missed(site, times[0])
 
     def _first_pass_allowed(self) -> bool:
         """No suspect job (a time that may kill its worker runs alone) and batching not
@@ -455,8 +464,14 @@ class Agent:
                             "they run one by one", sum(len(t) for _, t in group),
                             type(exc).__name__, exc)
                 continue
-            for (site, _), done in zip(group, prepared, strict=True):
+            for (site, times), done in zip(group, prepared, strict=True):
                 site.prepared = done
+                if times[0] not in done:
+                    # its times up to the first one the pass could give (incomplete
+                    # windows at the data's start, no data at all) go as jobs, the site
+                    # batched again after them
+                    given = [t for t in times if t in done]
+                    site.first_pass_miss = max(t for t in times if not given or t < given[0])
         try:
             return self._run_due(prepared_only=True), ok
         finally:

@@ -188,6 +188,9 @@ class SiteRunner:
         # the first pass (windows, detection, engine-part fit) of due times, computed in
         # one batch by the agent's tick (Agent._prefit), taken by run()
         self.prepared: dict[datetime, Prepared] = {}
+        # the due time an executor's first pass could not give (its windows incomplete,
+        # no data): it goes as a job, and the site is not batched again until it has
+        self.first_pass_miss: datetime | None = None
 
     @property
     def name(self) -> str:
