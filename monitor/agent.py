@@ -309,7 +309,8 @@ class Agent:
                     continue
                 if prepared_only and t not in site.prepared:
                     site.prepared = {}  # the rest of this site's times go as jobs
-                    site.first_pass_miss = t
+                    if not self._missed(site, t):
+                        site.first_pass_miss = t
                     continue
                 try:
                     outcome = site.run(t)
