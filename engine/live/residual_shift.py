@@ -213,23 +213,15 @@ def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int
                        ) -> tuple[np.ndarray, np.ndarray]:
     """Regress the cross-sensor median out of each column, then project out the first
     ``modes`` principal directions of the before residuals (both learned on ``rb``)."""
-    mode = CommonMode.fit(rb, modes)
-    return mode.apply(rb), mode.apply(ra)
+    before, after = _remove_common_modes(rb[None], ra[None], modes)
+    return before[0], after[0]
 
 
 def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray:
     """Per sensor: (mean of ``ra`` - mean of the last ``local_rows`` of ``rb``) / its spread
     over every offset of the same comparison inside ``rb``. Shape (D,)."""
-    n_b, n_a = rb.shape[0], ra.shape[0]
-    local = max(1, min(local_rows, n_b - n_a - 1))
-    csum = np.concatenate([np.zeros((1, rb.shape[1])), np.cumsum(rb, axis=0)])
-    after_means = (csum[n_a:] - csum[:-n_a]) / n_a  # row i: mean of rb[i:i+n_a]
-    level_means = (csum[local:] - csum[:-local]) / local
-    k = n_b - local - n_a + 1
-    null = after_means[local:local + k] - level_means[:k]  # (k, D)
-    spread = np.sqrt(np.mean(null ** 2, axis=0))
-    spread = np.where(spread > 1e-12, spread, np.inf)  # a flat sensor never counts
-    return (ra.mean(axis=0) - rb[-local:].mean(axis=0)) / spread
+    local = max(1, min(local_rows, rb.shape[0] - ra.shape[0] - 1))
+    return _level_shift_z_stacked(rb[None], ra[None], local)[0]
 
 
 def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
@@ -366,7 +358,7 @@ def _level_shift_z_stacked(rb: np.ndarray, ra: np.ndarray, local: int) -> np.nda
     n_b, n_a = rb.shape[1], ra.shape[1]
     zeros = np.zeros((rb.shape[0], 1, rb.shape[2]))
     csum = np.concatenate([zeros, np.cumsum(rb, axis=1)], axis=1)
-    after_means = (csum[:, n_a:] - csum[:, :-n_a]) / n_a
+    after_means = (csum[:, n_a:] - csum[:, :-n_a]) / n_a  # [t, i]: mean of rb[t, i:i+n_a]
     level_means = (csum[:, local:] - csum[:, :-local]) / local
     k = n_b - local - n_a + 1
     null = after_means[:, local:local + k] - level_means[:, :k]  # (T, k, D)
