@@ -224,16 +224,20 @@ class Agent:
         delay = self._backoff(site)
         log.exception("site %s: %s; retrying in %.0f s", site.name, what, delay)
 
-    def _next_due(self, site: SiteRunner) -> datetime | None:
-        """The site's oldest due inspection time, None when none is due or it failed."""
+    def _due(self, site: SiteRunner, limit: int = 1) -> list[datetime]:
+        """The site's oldest due inspection times (at most ``limit``); empty when none is
+        due or finding them failed (reported, and the site backs off)."""
         try:
-            pending = site.due(limit=1)
+            return site.due(limit=limit)
         except ConnectorError as exc:
             self._source_failed(site, exc)
-            return None
         except Exception:  # noqa: BLE001 - logged with its traceback by _site_failed
             self._site_failed(site, "finding its due inspections failed")
-            return None
+        return []
+
+    def _next_due(self, site: SiteRunner) -> datetime | None:
+        """The site's oldest due inspection time, None when none is due or it failed."""
+        pending = self._due(site)
         return pending[0] if pending else None
 
     def _first_pass_work(self) -> list[tuple[SiteRunner, list[datetime]]]:
@@ -353,11 +357,10 @@ class Agent:
             site = self.sites[i]
             if i in busy or self._waiting(site):
                 continue
-            if hold_backlogs and self._has_backlog(site):
+            pending = self._due(site, limit=2)
+            if not pending or (hold_backlogs and self._has_backlog(site, pending)):
                 continue
-            t = self._next_due(site)
-            if t is None:
-                continue
+            t = pending[0]
             try:
                 job = site.job(t)  # reads the windows here for the agent's store
             except ConnectorError as exc:
@@ -381,17 +384,12 @@ class Agent:
         before it would fit its later times for nothing)."""
         return site.first_pass_miss is not None and t <= site.first_pass_miss
 
-    def _has_backlog(self, site: SiteRunner) -> bool:
-        """Whether ``site`` is calibrated and has two or more due times that the next
-        first pass can take: worth a batch rather than a job each (False when its due
-        times cannot be found; the job's preparation meets the trouble and reports it)."""
-        if not site.inspector.calibrated:
-            return False
-        try:
-            times = site.due(limit=2)
-        except Exception:  # noqa: BLE001 - reported by the job that meets it
-            return False
-        return len(times) >= 2 and not self._missed(site, times[0])
+    def _has_backlog(self, site: SiteRunner, pending: list[datetime]) -> bool:
+        """Whether ``site`` is calibrated and its due times ``pending`` (its first two)
+        are two that the next first pass can take: worth a batch rather than a job
+        each."""
+        return (site.inspector.calibrated and len(pending) >= 2
+                and not self._missed(site, pending[0]))
 
     def _first_pass_allowed(self) -> bool:
         """No suspect job (a time that may kill its worker runs alone) and batching not

@@ -158,7 +158,8 @@ def profile_deviation(before: pd.DataFrame, index: pd.DatetimeIndex,
 
 @dataclass(frozen=True)
 class CommonMode:
-    """What :func:`remove_common_mode` learns on the before residuals: each sensor's
+    """What the common-mode step (:func:`_remove_common_modes`) learns on one window's
+    before residuals, kept to be applied later (the frozen reference): each sensor's
     loading on the cross-sensor median, (D,), and the principal directions, (D, modes)."""
 
     beta: np.ndarray
@@ -207,14 +208,6 @@ def robust_loadings(r: np.ndarray, p: np.ndarray, iterations: int = 6,
         rhs = np.einsum("nd,dk->nk", w * r, p)
         coef = np.linalg.solve(gram + 1e-12 * np.eye(p.shape[1]), rhs[..., None])[..., 0]
     return coef
-
-
-def remove_common_mode(rb: np.ndarray, ra: np.ndarray, modes: int
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Regress the cross-sensor median out of each column, then project out the first
-    ``modes`` principal directions of the before residuals (both learned on ``rb``)."""
-    before, after = _remove_common_modes(rb[None], ra[None], modes)
-    return before[0], after[0]
 
 
 def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray:
@@ -333,8 +326,10 @@ def _slot_means_stacked(x: np.ndarray, slots: np.ndarray, n_slots: int,
 
 def _remove_common_modes(rb: np.ndarray, ra: np.ndarray, modes: int
                          ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`remove_common_mode` of each window: ``rb`` (T, n_b, D), ``ra`` (T, n_a, D),
-    each window's loadings and directions learned on its own before rows."""
+    """Step 2 of the module docstring for each window: regress the cross-sensor median
+    out of each column, then project out the first ``modes`` principal directions of
+    the before residuals. ``rb`` (T, n_b, D), ``ra`` (T, n_a, D), each window's
+    loadings and directions learned on its own before rows."""
     cb = np.median(rb, axis=2, keepdims=True)  # (T, n_b, 1)
     denom = (cb ** 2).sum(axis=(1, 2))  # (T,)
     safe = np.where(denom > 0, denom, 1.0)
