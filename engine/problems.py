@@ -146,8 +146,7 @@ class _KernelRowSums(torch.autograd.Function):
         # d expm1(e)/de = (k - 1) + 1, in place: grad_k is this function's own (a fresh
         # allocation of this size costs more than the product on a CPU)
         grad_exponent = grad_k.addcmul_(k, grad_k)
-        delta_t = ctx.delta_t if ctx.delta_t is not None else delta.transpose(-1, -2)
-        grad_minus_s = torch.bmm(grad_exponent, delta_t)
+        grad_minus_s = torch.bmm(delta, grad_exponent.transpose(-1, -2)).transpose(-1, -2)
         return grad_minus_s, None, None, None, None, None, None, None, None
 
 
@@ -182,7 +181,7 @@ class ProblemSet:
         # D=33, P=14,112). Not on a GPU, nor for large deltas: the copy doubles the largest
         # tensor.
         small = self.delta.numel() * self.delta.element_size() <= _PAIRS_MAJOR_COPY_BYTES
-        if (self.delta_t is None and small and self.delta.device.type == "cpu"
+        if (False and self.delta_t is None and small and self.delta.device.type == "cpu"
                 and self.estimator == "quadratic"):
             self.delta_t = self.delta.transpose(-1, -2).contiguous()
 

@@ -44,7 +44,10 @@ from engine.splits import Splits, block_ids, make_splits, permutation_labels
 from engine.starts import memberships, moment_starts, pick_lower
 
 log = logging.getLogger(__name__)
-GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd")
+#: the gate's test on a split's selected variables; ``"none"``: no gate, every split counts
+#: (as with the gate fallback), for a caller that needs only the validation ratios (the
+#: live decision's history values: a tenth of a fit's time less, the ratios bit-equal)
+GATE_TESTS: tuple[str, ...] = ("sliced_wasserstein", "mmd", "none")
 #: largest permutation-statistics batch (bytes) of the batched split fits on a CPU (cache);
 #: on a GPU the training batch's limit, so that a batch's tests are a few launches
 _PERMUTATION_BYTES = 4 * 2**20
@@ -58,8 +61,9 @@ class SplitFit:
 
     ``weights`` (K, L, A) learned ARD weights (absolute values); ``val_ratio`` (K, L)
     power ratio on the validation halves; ``subsets`` (K, L, A) selected variables;
-    ``gate_p`` (K, L) gate p-values of the selections; ``split_p`` (K,) split p-values of
-    the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio on the training halves;
+    ``gate_p`` (K, L) gate p-values of the selections (NaN without a gate); ``split_p`` (K,) split p-values of
+    the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio on the training halves
+    (NaN in a batched fit without its p-value: only the split p-values read it);
     ``epochs`` passes of the optimiser over the batch; ``start`` (K, L) the start kept
     per problem (0 all ones, 1 moments; engine/starts.py).
     """
@@ -332,7 +336,7 @@ class _Selector:
         shape alone, so data sets whose streams are in one state draw them once and every
         step after the optimiser is one batched computation too
         (:meth:`_split_fits_shared`)."""
-        if self.gate_test == "mmd" and all(
+        if self.gate_test in ("mmd", "none") and all(
                 r.bit_generator.state == rngs[0].bit_generator.state for r in rngs[1:]):
             return self._split_fits_shared(preps, lambdas, n_splits, rngs)
         setups = [self._split_setup(p, lam, n_splits, rng)
@@ -358,10 +362,12 @@ class _Selector:
         n, m, _ = preps[0].shape
         splits = make_splits(n, m, n_splits, rng, train_fraction=self.train_fraction,
                              block_size=self.block_size)
+        gated = self.gate_test != "none"
         gate_labels = F.validation_labels(splits, block_size=None,
-                                          n_permutations=self.n_permutations, rng=rng)
+                                          n_permutations=self.n_permutations, rng=rng) \
+            if gated else None
         p_labels = gate_labels
-        if self._own_p_value_labels:
+        if self._own_p_value_labels or (not gated and self.compute_p_value):
             p_labels = F.validation_labels(splits, block_size=self.block_size,
                                            n_permutations=self.p_value_permutations, rng=rng)
         for other in rngs[1:]:  # each stream ends where a fit of its own leaves it
@@ -381,7 +387,9 @@ class _Selector:
                                                 self.estimator)
         with torch.no_grad():
             val_ratio = val_problems.ratio(weights).cpu().numpy()
-            train_ratio = train.ratio(weights).cpu().numpy()
+            # only the split p-values' kernel choice reads the training ratios
+            train_ratio = train.ratio(weights).cpu().numpy() if self.compute_p_value \
+                else np.full(val_ratio.shape, np.nan)
         w_np = weights.cpu().numpy()
         subsets = select_masks(w_np, self.selection)
         gammas = gamma.repeat_interleave(n_splits, 0)  # (N*K, A)
@@ -389,11 +397,16 @@ class _Selector:
         # power), so each split p-value stays exactly valid.
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
         w_best = weights[torch.arange(weights.shape[0]), torch.as_tensor(best)]
-        gate_p = np.empty(val_ratio.shape)
+        gate_p = np.full(val_ratio.shape, np.nan)
         split_p = np.full(weights.shape[0], np.nan)
+        if not gated and not self.compute_p_value:
+            return self._shared_fits(len(preps), n_splits, w_np, val_ratio, subsets, gate_p,
+                                     split_p, train_ratio, int(res.total_epochs), start)
+        assert p_labels is not None
         # permutation statistics of a few data sets at a time: (K L, B+1, Nv) per data set
-        per_set = n_splits * max(weights.shape[1] * gate_labels.shape[1], p_labels.shape[1]) \
-            * gate_labels.shape[2] * x.element_size()
+        gate_perms = weights.shape[1] * gate_labels.shape[1] if gate_labels is not None else 0
+        per_set = n_splits * max(gate_perms, p_labels.shape[1]) \
+            * p_labels.shape[2] * x.element_size()
         limit = _PERMUTATION_BYTES if x.device.type == "cpu" else F.batch_bytes(x.device)
         step = max(1, limit // max(per_set, 1))
         for first in range(0, len(preps), step):
@@ -403,22 +416,33 @@ class _Selector:
             # false-alarm guarantee. With whole-day blocks a validation half has so few
             # blocks that a block-permuted gate could never pass (min p ~ 0.1), so the
             # gate permutes rows.
-            val = F.stacked_validation(x[part], y[part], splits, gate_labels)
-            gate_p[rows] = F.gate_mmd_pvalues(val, weights[rows], subsets[rows], gammas[rows],
-                                              self.kernel)
+            val = None
+            if gate_labels is not None:
+                val = F.stacked_validation(x[part], y[part], splits, gate_labels)
+                gate_p[rows] = F.gate_mmd_pvalues(val, weights[rows], subsets[rows],
+                                                  gammas[rows], self.kernel)
             if not self.compute_p_value:
                 continue
-            val_p = val if p_labels is gate_labels else \
+            val_p = val if val is not None and p_labels is gate_labels else \
                 F.stacked_validation(x[part], y[part], splits, p_labels)
             split_p[rows] = F.split_mmd_pvalues(val_p, w_best[rows], gammas[rows], self.kernel)
+        return self._shared_fits(len(preps), n_splits, w_np, val_ratio, subsets, gate_p,
+                                 split_p, train_ratio, int(res.total_epochs), start)
+
+    @staticmethod
+    def _shared_fits(n_sets: int, n_splits: int, weights: np.ndarray, val_ratio: np.ndarray,
+                     subsets: np.ndarray, gate_p: np.ndarray, split_p: np.ndarray,
+                     train_ratio: np.ndarray, epochs: int, start: torch.Tensor
+                     ) -> list[SplitFit]:
+        """The stacked (N*K, ...) arrays of N data sets cut into one SplitFit each."""
         start_np = start.cpu().numpy()
         fits = []
-        for i in range(len(preps)):
+        for i in range(n_sets):
             rows = slice(i * n_splits, (i + 1) * n_splits)
-            fits.append(SplitFit(weights=w_np[rows], val_ratio=val_ratio[rows],
+            fits.append(SplitFit(weights=weights[rows], val_ratio=val_ratio[rows],
                                  subsets=subsets[rows], gate_p=gate_p[rows],
                                  split_p=split_p[rows], train_ratio=train_ratio[rows],
-                                 epochs=int(res.total_epochs), start=start_np[rows]))
+                                 epochs=epochs, start=start_np[rows]))
         return fits
 
     def _split_setup(self, prep: F.Prepared, lambdas: np.ndarray, n_splits: int,
@@ -445,12 +469,15 @@ class _Selector:
         # The gate only weights the scores; the reported p-value carries the false-alarm
         # guarantee. With whole-day blocks a validation half has so few blocks that a
         # block-permuted gate could never pass (min p ~ 0.1), so the gate permutes rows.
-        val = F.validation_set(prep, splits, block_size=None,
-                               n_permutations=self.n_permutations, rng=rng)
-        if self.gate_test == "mmd":
-            gate_p = F.gate_mmd_pvalues(val, weights, subsets, prep.gamma, self.kernel)
+        val = None
+        if self.gate_test == "none":
+            gate_p = np.full(val_ratio.shape, np.nan)
         else:
-            gate_p = F.gate_pvalues(val, subsets, n_projections=self.n_projections, rng=rng)
+            val = F.validation_set(prep, splits, block_size=None,
+                                   n_permutations=self.n_permutations, rng=rng)
+            gate_p = F.gate_mmd_pvalues(val, weights, subsets, prep.gamma, self.kernel) \
+                if self.gate_test == "mmd" else \
+                F.gate_pvalues(val, subsets, n_projections=self.n_projections, rng=rng)
         # The p-value kernel is chosen on training data only (highest unpenalised training
         # power), so each split p-value stays exactly valid.
         best = np.nan_to_num(train_ratio, nan=-np.inf).argmax(axis=1)
@@ -459,7 +486,7 @@ class _Selector:
         if self.compute_p_value:
             val_p = F.validation_set(prep, splits, block_size=self.block_size,
                                      n_permutations=self.p_value_permutations, rng=rng) \
-                if self._own_p_value_labels else val
+                if self._own_p_value_labels or val is None else val
             split_p = F.split_mmd_pvalues(val_p, w_best, prep.gamma, self.kernel)
         return SplitFit(weights=w_np, val_ratio=val_ratio, subsets=subsets, gate_p=gate_p,
                         split_p=split_p, train_ratio=train_ratio,
@@ -663,6 +690,8 @@ class CVAggregation(_LambdaSelector):
         top = w.max(axis=-1, keepdims=True)
         normalised = np.divide(w, top, out=np.zeros_like(w), where=top > 0)
         passed = gate_p < self.gate_alpha
+        if self.gate_test == "none":  # no gate: every split counts, nothing fell back
+            passed = np.ones_like(passed)
         fell_back = self.gate_fallback and not passed.any()
         if fell_back:
             # No split passed at any lambda (a weak or no change): aggregate all of them,
@@ -701,7 +730,7 @@ class ModelSelection(_LambdaSelector):
         fit = self._split_fit(prep, lambdas, 1, rng)
         w, val_ratio, gate_p = fit.weights, fit.val_ratio, fit.gate_p
         p, ratio = gate_p[0], np.nan_to_num(val_ratio[0], nan=-np.inf)
-        ok = p < self.gate_alpha
+        ok = p < self.gate_alpha if self.gate_test != "none" else np.ones_like(p, dtype=bool)
         best = int(np.argmax(np.where(ok, ratio, -np.inf))) if ok.any() else int(np.argmin(p))
         scores = w[0, best]
         chosen = np.flatnonzero(fit.subsets[0, best])

@@ -68,8 +68,9 @@ ENGINE_PART_PARAMS: dict[str, Any] = {"dtype": "float64", "optimiser": "smooth"}
 ENGINE_PART_VERSION = "cv-aggregation, engine.SMOOTH (issue 31)"
 #: ... and over those for a history value, of which only the statistic is kept: no split
 #: or moment permutation test (the fit's own p-value, reported in a firing result's
-#: ``engine`` block; a sixth of a fit's time). The statistic is bit-equal either way.
-HISTORY_PARAMS: dict[str, Any] = {"compute_p_value": False}
+#: ``engine`` block; a sixth of a fit's time) and no gate test (it only weights the
+#: scores; a tenth). The statistic is bit-equal either way.
+HISTORY_PARAMS: dict[str, Any] = {"compute_p_value": False, "gate_test": "none"}
 #: Its defaults where the engine section sets nothing: its batches on every core, threads
 #: that time-share a busy machine rather than spin (docs/engine.md, "Speed"); an engine
 #: section's ``params: {n_jobs: 1}`` keeps it on one.

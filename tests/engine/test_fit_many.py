@@ -171,3 +171,25 @@ def test_without_p_value_the_fit_is_the_same(block_size):
             for got, want in ((b.scores, a.scores), (b.details["val_ratio"], a.details["val_ratio"]),
                               (b.details["gate_p_values"], a.details["gate_p_values"])):
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("compute_p_value", [False, True])
+def test_without_a_gate_the_validation_ratios_are_the_same(compute_p_value):
+    """gate_test="none" (the live decision's history values keep only the validation
+    ratios): no gate test, every split counts in the scores; the validation ratios and
+    weights are those of the gated fit, batched (bit-equal) or alone."""
+    pairs = _pairs(3, seed=7)
+    quick = {**QUICK, "dtype": "float64", "compute_p_value": compute_p_value}
+    gated = CVAggregation(seed=4, **quick).fit_many(pairs)
+    sel = CVAggregation(seed=4, gate_test="none", **quick)
+    for bare in (sel.fit_many(pairs), [sel.fit(x, y) for x, y in pairs]):
+        for a, b in zip(gated, bare, strict=True):
+            assert np.isnan(b.details["gate_p_values"]).all()
+            assert not b.details["gate_fallback"]
+            np.testing.assert_allclose(b.details["val_ratio"], a.details["val_ratio"],
+                                       rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(b.lambdas, a.lambdas, rtol=1e-12)
+            # every split counts: the scores are the fallback's, all splits weighted by
+            # their validation power, so the changed variable still ranks first
+            assert b.candidates[0] == a.candidates[0]
+            assert math.isnan(b.p_value) != compute_p_value
