@@ -126,8 +126,9 @@ def test_the_history_holds_both_statistics_from_batched_fits(cycle) -> None:
 
 def test_history_fits_skip_the_p_value_that_only_a_firing_result_reports(cycle) -> None:
     """A history value keeps only the statistic, so its fits run without their own
-    permutation p-value; an inspection's fits keep it (a firing result's ``engine``
-    block), and both give the same statistic, bit for bit."""
+    permutation p-value and without the gate (which only weights the scores); an
+    inspection's fits keep both (a firing result's ``engine`` block), and both give the
+    same statistic, bit for bit."""
     from engine.live.engine_power import validation_power
 
     inspector = _inspector()
@@ -139,7 +140,9 @@ def test_history_fits_skip_the_p_value_that_only_a_firing_result_reports(cycle) 
         full, bare = decided[t].engine_fit, history[t].engine_fit
         assert np.isfinite(full.p_value) and np.isnan(bare.p_value)
         assert validation_power(bare.details) == validation_power(full.details)
-        assert list(bare.scores) == list(full.scores)
+        np.testing.assert_array_equal(bare.details["val_ratio"], full.details["val_ratio"])
+        assert np.isnan(bare.details["gate_p_values"]).all()
+        assert np.isfinite(full.details["gate_p_values"]).all()
     values = inspector.detect_many(times, read)
     assert [v[1] for v in values] == [validation_power(decided[t].engine_fit.details)
                                       for t in times]
