@@ -31,7 +31,8 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   agent's state.
 * The calibration history before the first time is computed as
   :meth:`SiteTracker.backfill` does (one read of the whole span, sliced per time), with
-  each time's statistic computed by :func:`~monitor.fleet.jobs.run_detect` on the executor.
+  the statistics computed by :func:`~monitor.fleet.jobs.run_detect_many` on the executor,
+  :func:`batch_size` times per job (their engine fits one ``fit_many``).
   A statistic whose worker keeps dying is left out of the history (as one whose windows
   cannot give it), under the rule below.
 
@@ -68,7 +69,8 @@ from monitor.fleet.jobs import (
     WorkerDeaths,
     killed_worker,
     run_batch,
-    run_detect,
+    run_detect_many,
+    run_first_pass,
     run_job,
     worker_died_error,
 )
@@ -76,6 +78,7 @@ from monitor.fleet.jobs import (
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from monitor.decision.calibrated_rule import Prepared
     from monitor.decision.tracker import SiteTracker
     from monitor.inspection import Inspector
     from monitor.schedule import InspectionPlan
@@ -241,34 +244,43 @@ def _can_renew(executor: Executor) -> bool:
     return isinstance(executor, RenewableExecutor) and executor.renewable
 
 
-def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
-                ) -> list[HistoryValue | None]:
-    """``[run_detect(job) for job in jobs]`` on the executor, at most ``limit`` in flight.
-    A job whose worker keeps dying gives None (:class:`~monitor.fleet.jobs.WorkerDeaths`; a
-    broken pool of a :class:`RenewableExecutor` is renewed), as a statistic that cannot be
-    computed; any other exception is raised."""
-    out: list[HistoryValue | None] = [None] * len(jobs)
-    todo = list(range(len(jobs)))[::-1]  # popped from the end: in order, retries first
-    pending: dict[Future[Any], int] = {}
+def _detect_all(executor: Executor, settings: InspectorSettings, times: Sequence[datetime],
+                read: ReadWindow, limit: int, batch: int) -> list[HistoryValue | None]:
+    """``inspector.detect_many(times, read)`` on the executor: ``batch`` times per job
+    (:func:`~monitor.fleet.jobs.run_detect_many`, their engine fits one ``fit_many``), at
+    most ``limit`` jobs in flight. A job whose worker dies is handled as
+    :func:`run_backfill` handles a batch: one that caused it (it died alone, or Dask gave
+    up on it) is sent again one time per job; a single time that keeps killing its worker
+    gives None (:class:`~monitor.fleet.jobs.WorkerDeaths`; a broken pool of a
+    :class:`RenewableExecutor` is renewed), as a statistic that cannot be computed. Any
+    other exception is raised."""
+    out: list[HistoryValue | None] = [None] * len(times)
+    size = max(1, batch)
+    units = [tuple(range(a, min(a + size, len(times)))) for a in range(0, len(times), size)]
+    todo = units[::-1]  # popped from the end: in order, retries first
+    pending: dict[Future[Any], tuple[int, ...]] = {}
     deaths = WorkerDeaths()
     while todo or pending:
         room = 1 if deaths.suspects else limit  # a suspect runs alone: its death is its own
         while todo and len(pending) < room:
-            i = todo.pop()
-            pending[executor.submit(run_detect, jobs[i])] = i
+            unit = todo.pop()
+            job = InspectionBatch.with_windows(settings, [times[i] for i in unit], read,
+                                               first_pass=True)
+            pending[executor.submit(run_detect_many, job)] = unit
         finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):
             finished, _ = wait(list(pending))  # the pool took every job in it
-        dead: list[tuple[int, BaseException]] = []
+        dead: list[tuple[tuple[int, ...], BaseException]] = []
         for future in finished:
-            i = pending.pop(future)
+            unit = pending.pop(future)
             exc = future.exception()
             if exc is None:
-                deaths.forget(i)
-                out[i] = future.result()
+                deaths.forget(unit)
+                for i, value in zip(unit, future.result(), strict=True):
+                    out[i] = value
             elif killed_worker(exc) or (isinstance(exc, BrokenProcessPool)
                                         and _can_renew(executor)):
-                dead.append((i, exc))
+                dead.append((unit, exc))
             else:
                 for other in pending:
                     other.cancel()
@@ -278,26 +290,36 @@ def _detect_all(executor: Executor, jobs: Sequence[InspectionJob], limit: int
             log.error("the process pool lost a process with %d calibration job(s) in it; a "
                       "fresh pool runs them again", len(dead))
             executor.renew()
-        for i, exc in dead:
-            if deaths.died(i, exc, alone=len(dead) == 1):
+        for unit, exc in dead:
+            alone = len(dead) == 1
+            if len(unit) > 1 and (alone or killed_worker(exc)):
+                deaths.forget(unit)
+                log.warning("a batch of %d calibration statistics killed its worker (%s); "
+                            "computing them one by one", len(unit), exc)
+                singles = [(i,) for i in unit]
+                todo.extend(singles[::-1])
+                if not killed_worker(exc):  # on Dask the scheduler tells the cause
+                    deaths.suspects.update(singles)
+            elif deaths.died(unit, exc, alone=alone):
                 log.error("the calibration statistic of %s at %s killed its worker each "
-                          "time it ran (%s); left out of the history", jobs[i].site,
-                          jobs[i].inspection_time, exc)
+                          "time it ran (%s); left out of the history", settings.site,
+                          times[unit[0]], exc)
             else:
-                todo.append(i)
+                todo.append(unit)
     return out
 
 
 def backfill_history(site: SiteBackfill, times: list[datetime], executor: Executor) -> int:
-    """:meth:`SiteTracker.backfill` with the statistics computed on ``executor``: the
+    """:meth:`SiteTracker.backfill` with the statistics computed on ``executor``, in
+    batches of :func:`batch_size` times (each batch's engine fits one ``fit_many``): the
     values and their order in the history are the same, but for a statistic whose worker
     keeps dying, which is left out. Returns how many were added."""
     if site.tracker is None:
         return 0
 
     def detect_many(ts: list[datetime], read: ReadWindow) -> list[HistoryValue | None]:
-        jobs = [InspectionJob.with_windows(site.settings, th, read) for th in ts]
-        return _detect_all(executor, jobs, capacity(executor))
+        return _detect_all(executor, site.settings, ts, read, capacity(executor),
+                           batch_size(executor, len(ts)))
 
     return site.tracker.backfill(times, site.read_window, detect_many)
 
@@ -348,6 +370,10 @@ class _Backfill:
         self.ready_out: list[dict[int, dict[str, Any]]] = [{} for _ in sites]  # not emitted
         self.emitted = 0
         self.pending: dict[Future[Any], Unit] = {}
+        # calibrated rule: the first pass of each site's times (windows, detections and
+        # engine fits, batched on the executor), taken a chunk ahead of the decisions
+        self.prepared: list[dict[int, Prepared]] = [{} for _ in sites]
+        self.prefit_to = [0] * len(sites)  # per site: times whose first pass was tried
 
     def run(self) -> int:
         try:
@@ -376,9 +402,64 @@ class _Backfill:
     def _submit(self, unit: Unit) -> None:
         k, first, stop = unit
         site = self.sites[k]
-        future = (self.executor.submit(run_job, site.job(first)) if site.tracker is not None
-                  else self.executor.submit(run_batch, site.batch_job(first, stop)))
-        self.pending[future] = unit
+        if site.tracker is None:
+            self.pending[self.executor.submit(run_batch, site.batch_job(first, stop))] = unit
+            return
+        if first >= self.prefit_to[k]:
+            self._first_pass(k, first)
+        prepared = self.prepared[k].pop(first, None)
+        if prepared is None:  # its first pass's worker died: the time travels alone
+            self.pending[self.executor.submit(run_job, site.job(first))] = unit
+            return
+        # decided here, in order, on the first pass's windows and fits (what run_job on
+        # a worker would compute for this one time, batched)
+        t = site.times[first]
+        done: Future[Any] = Future()
+        done.set_result(site.inspector.run(t, site.read_window, site.tracker.history_at(t),
+                                           prepared=prepared).result)
+        self.pending[done] = unit
+
+    def _first_pass(self, k: int, first: int) -> None:
+        """The first pass of site k's next :data:`~monitor.inspection.PREFIT_TIMES` times
+        from ``first``, on the executor in jobs of :func:`batch_size` times
+        (:func:`~monitor.fleet.jobs.run_first_pass`), waited for here. A job whose worker
+        dies leaves its times to one :func:`~monitor.fleet.jobs.run_job` each (the rules
+        above then apply to them); any other exception is raised."""
+        from monitor.inspection import PREFIT_TIMES
+
+        site = self.sites[k]
+        stop = min(first + PREFIT_TIMES, len(site.times))
+        self.prefit_to[k] = stop
+        size = batch_size(self.executor, stop - first)
+        jobs: dict[Future[Any], list[datetime]] = {}
+        for a in range(first, stop, size):
+            times = site.times[a:min(a + size, stop)]
+            batch = (InspectionBatch.with_source(site.settings, times, site.source,
+                                                 first_pass=True)
+                     if site.source is not None else
+                     InspectionBatch.with_windows(site.settings, times, site.read_window,
+                                                  first_pass=True))
+            jobs[self.executor.submit(run_first_pass, [batch])] = times
+        index = {t: i for i, t in enumerate(site.times)}
+        lost = 0
+        broke = False
+        for future in wait(list(jobs))[0]:
+            exc = future.exception()
+            if exc is None:
+                for t, prepared in future.result()[0].items():
+                    self.prepared[k][index[t]] = prepared
+            elif isinstance(exc, BrokenProcessPool) and _can_renew(self.executor):
+                broke, lost = True, lost + len(jobs[future])
+            elif killed_worker(exc):
+                lost += len(jobs[future])
+            else:
+                raise exc
+        if broke:
+            assert isinstance(self.executor, RenewableExecutor)
+            self.executor.renew()
+        if lost:
+            log.warning("the first pass of %d inspection(s) of %s lost its worker; they run "
+                        "one job each", lost, site.inspector.site)
 
     def _next_unit(self, k: int) -> tuple[int, int] | None:
         """Site k's next unit when its job can be built now."""

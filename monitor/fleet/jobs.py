@@ -44,8 +44,9 @@ engine-part fits, :func:`monitor.inspection.prepare_many`, one ``fit_many`` acro
 sites configured alike), which decides nothing; the agent decides each time in order
 with them, as it does with its own first pass.
 
-:func:`run_detect` returns both statistics alone (a history value) for the same job, for
-computing a calibration history on workers.
+:func:`run_detect` returns both statistics alone (a history value) for the same job, and
+:func:`run_detect_many` those of a ``first_pass`` batch's times, for computing a
+calibration history on workers.
 
 A :class:`~connectors.base.ConnectorError` raised while a worker reads its window
 propagates out of ``run_job`` (no result: the caller retries later, as the agent does);
@@ -80,7 +81,7 @@ JobHistory = tuple[tuple[float, float], ...]
 
 __all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError",
            "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect",
-           "run_first_pass", "run_job", "worker_died_error"]
+           "run_detect_many", "run_first_pass", "run_job", "worker_died_error"]
 
 
 #: Deaths of its worker process, while it ran alone, after which an inspection is recorded
@@ -256,7 +257,8 @@ class InspectionBatch:
     times: tuple[datetime, ...]
     frame: pd.DataFrame | None = field(default=None, repr=False)
     source: SourceRead | None = None
-    #: for :func:`run_first_pass` (any rule: it decides nothing), not :func:`run_batch`
+    #: for :func:`run_first_pass` or :func:`run_detect_many` (any rule: they decide
+    #: nothing), not :func:`run_batch`
     first_pass: bool = False
 
     def __post_init__(self) -> None:
@@ -387,3 +389,12 @@ def run_detect(job: InspectionJob) -> HistoryValue | None:
     """Both statistics alone at the job's time (one calibration-history value),
     None when the windows cannot give it; ``job.history`` is ignored."""
     return job.inspector.build().detect(job.inspection_time, job.read_window())
+
+
+def run_detect_many(batch: InspectionBatch) -> list[HistoryValue | None]:
+    """:func:`run_detect` at each of a ``first_pass`` batch's times, in their order
+    (``Inspector.detect_many``: their engine fits one batched program, as a history
+    computed in the agent's process). Picklable, module-level, no state."""
+    if not batch.first_pass:
+        raise JobError("run_detect_many decides nothing: send a first_pass=True batch")
+    return batch.inspector.build().detect_many(list(batch.times), batch.read_window())

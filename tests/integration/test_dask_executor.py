@@ -325,9 +325,10 @@ def test_a_pool_that_loses_a_process_is_replaced_and_the_backfill_goes_on(
 def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_backfill_goes_on(
         ) -> None:
     """The calibration history of a live-profile backfill on a local pool of 2 (as
-    `backfill --cluster local:2` builds it: a RenewableExecutor): the statistic of one
-    history time kills its process every time. The pool is replaced, the jobs that died with
-    it run again alone, and that one time is left out of the history after its second death
+    `backfill --cluster local:2` builds it: a RenewableExecutor), a few times per job: the
+    statistic of one history time kills its process every time. The pool is replaced, the
+    jobs that died with it run again alone, the batch that then dies alone is sent again
+    one time per job, and that one time is left out of the history after its second death
     alone; the inspections then run on the fresh pool. History and results equal the inline
     backfill's with that time left out of its history."""
     from monitor.cli import _site_backfill, _window_reader
@@ -376,7 +377,9 @@ def test_a_calibration_statistic_that_kills_its_process_is_left_out_and_the_back
     # (level, engine statistic) per time; the engine part's fits are float64 (1e-14)
     assert np.ravel(list(site.tracker.history.values())).tolist() == pytest.approx(
         np.ravel(list(inline.tracker.history.values())).tolist(), rel=1e-9)
-    assert len(pools) == 4  # the first broke with others in it, then twice with t_kill alone
+    # the first broke with others in it; then t_kill's batch broke one alone and was sent
+    # again one time per job; then t_kill broke one alone, twice
+    assert len(pools) == 5
     for r in results:
         check(r)
     assert_identical(reference, results)

@@ -10,6 +10,8 @@ its first inspection time, inline and on an executor.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from concurrent.futures import Executor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -162,3 +164,55 @@ def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path):
 def json_lines(out, argv: list[str]) -> list[dict]:
     assert main([*argv, "--out", str(out)]) == 0
     return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+class _CountingExecutor(Executor):
+    """An InlineExecutor that counts the jobs sent to it, by the function they run."""
+
+    def __init__(self) -> None:
+        from monitor.fleet.executors import InlineExecutor
+
+        self.inner = InlineExecutor()
+        self.sent: Counter[str] = Counter()
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.sent[fn.__name__] += 1
+        return self.inner.submit(fn, *args, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_calibrated_backfill_on_an_executor_sends_batched_first_passes(tmp_path):
+    """Under the calibrated rule a backfill on an executor sends its times' first passes
+    (windows, detections, engine-part fits) as a few batched jobs and decides them here
+    in order (issue 27): no job per time, and the results of the inline backfill."""
+    from monitor.cli import _backfill_plan, _one_shot_config, _site_backfill, _window_reader
+    from monitor.cli import build_parser
+    from monitor.compose import build_inspector
+    from monitor.fleet.backfill import run_backfill
+
+    frame, _ = simulate(Scenario(n_sensors=6, days=13, step="30min",
+                                 change_at="2026-01-16T20:00:00Z", changes={"s02": -1.5}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    start, end = "2026-01-16T16:00:00Z", "2026-01-17T07:00:00Z"
+    inline = json_lines(tmp_path / "inline.jsonl", ["backfill", "--data", str(path),
+                                                    "--start", start, "--end", end])
+    args = build_parser().parse_args(["backfill", "--data", str(path), "--start", start,
+                                      "--end", end])
+    config = _one_shot_config(args)
+    inspector = build_inspector(config)
+    read, close = _window_reader(config)
+    executor = _CountingExecutor()
+    results: list[dict] = []
+    try:
+        plan = _backfill_plan(config, inspector, read, datetime.fromisoformat(start),
+                              datetime.fromisoformat(end), None, False)
+        site = _site_backfill(config, inspector, read, plan)
+        run_backfill([site], executor, results.append)
+    finally:
+        close()
+    assert len(plan.times) > 100 and len(results) == len(inline) == 16
+    assert executor.sent["run_job"] == 0
+    # eight times a job at least: batch_size for an unknown executor (eight in flight)
+    assert 0 < executor.sent["run_first_pass"] <= len(plan.times) // 8
+    assert not compare({r["inspection_time"]: r for r in inline}, results)
