@@ -61,9 +61,10 @@ class SplitFit:
 
     ``weights`` (K, L, A) learned ARD weights (absolute values); ``val_ratio`` (K, L)
     power ratio on the validation halves; ``subsets`` (K, L, A) selected variables;
-    ``gate_p`` (K, L) gate p-values of the selections (NaN without a gate); ``split_p`` (K,) split p-values of
-    the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio on the training halves
-    (NaN in a batched fit without its p-value: only the split p-values read it);
+    ``gate_p`` (K, L) gate p-values of the selections (NaN without a gate); ``split_p``
+    (K,) split p-values of the learned-kernel MMD test; ``train_ratio`` (K, L) power ratio
+    on the training halves (NaN in a batched fit without its p-value: only the split
+    p-values read it);
     ``epochs`` passes of the optimiser over the batch; ``start`` (K, L) the start kept
     per problem (0 all ones, 1 moments; engine/starts.py).
     """

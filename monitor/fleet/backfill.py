@@ -1,9 +1,9 @@
 """A backfill spread over an executor: many inspection times (and sites) at once, results
 in time order, identical to the one-at-a-time backfill.
 
-Each inspection is an :class:`~monitor.fleet.jobs.InspectionJob` run by
-:func:`~monitor.fleet.jobs.run_job` on the executor (:mod:`monitor.fleet.executors`). What keeps the
-results identical to ``mmdwatch backfill`` without ``--cluster``:
+The work travels as jobs of :mod:`monitor.fleet.jobs` run on the executor
+(:mod:`monitor.fleet.executors`). What keeps the results identical to ``mmdwatch
+backfill`` without ``--cluster``:
 
 * **Engine rule** (retrospective profile): inspections are independent; consecutive times
   of a site travel together as one :class:`~monitor.fleet.jobs.InspectionBatch` (up to
@@ -12,12 +12,16 @@ results identical to ``mmdwatch backfill`` without ``--cluster``:
   only the order of output is restored here.
 * **Calibrated rule** (live profile): the p-value at t uses the history of the detection
   statistic at earlier times whose after window ended by t, *without* the firing ones, so
-  it depends on earlier decisions. The job at t is submitted once every earlier result it
-  can depend on (each t' with t' + A <= t) has come back and been observed by the site's
-  :class:`~monitor.decision.tracker.SiteTracker`, in time order; its history is then exactly
-  ``tracker.history_at(t)``, as inline. Inspections inside one after window of each other
-  run concurrently (16 per site for hourly inspections and A = 16h), and sites are
-  independent of each other.
+  it depends on earlier decisions. In two passes, as inline: the first pass of a site's
+  next :data:`~monitor.inspection.PREFIT_TIMES` times (windows, detections, engine-part
+  fits; none of it depends on a decision) goes to the executor as
+  :func:`~monitor.fleet.jobs.run_first_pass` batches of :func:`batch_size` times, each one
+  ``fit_many``. The decision at t is taken here once every earlier result it can depend on
+  (each t' with t' + A <= t) has been observed by the site's
+  :class:`~monitor.decision.tracker.SiteTracker`, in time order; its history is then
+  exactly ``tracker.history_at(t)``, as inline. A time whose first pass was lost with its
+  worker travels as one ``run_job``, submitted at that same point (16 per site at once for
+  hourly inspections and A = 16h); sites are independent of each other.
 * Incidents are advanced by the tracker as results are observed, in time order, never on
   a worker.
 * The agent's own decisions (:func:`plan_backfill`): under the calibrated rule a backfill

@@ -185,8 +185,13 @@ def test_a_calibrated_backfill_on_an_executor_sends_batched_first_passes(tmp_pat
     """Under the calibrated rule a backfill on an executor sends its times' first passes
     (windows, detections, engine-part fits) as a few batched jobs and decides them here
     in order (issue 27): no job per time, and the results of the inline backfill."""
-    from monitor.cli import _backfill_plan, _one_shot_config, _site_backfill, _window_reader
-    from monitor.cli import build_parser
+    from monitor.cli import (
+        _backfill_plan,
+        _one_shot_config,
+        _site_backfill,
+        _window_reader,
+        build_parser,
+    )
     from monitor.compose import build_inspector
     from monitor.fleet.backfill import run_backfill
 
