@@ -378,6 +378,9 @@ class _Backfill:
         # engine fits, batched on the executor), taken a chunk ahead of the decisions
         self.prepared: list[dict[int, Prepared]] = [{} for _ in sites]
         self.prefit_to = [0] * len(sites)  # per site: times whose first pass was tried
+        # the windows of the times decided here, for the tracker's incident checks (a
+        # result from a worker has its windows built again)
+        self.windows: list[dict[int, Windows]] = [{} for _ in sites]
 
     def run(self) -> int:
         try:
@@ -418,9 +421,12 @@ class _Backfill:
         # decided here, in order, on the first pass's windows and fits (what run_job on
         # a worker would compute for this one time, batched)
         t = site.times[first]
+        outcome = site.inspector.run(t, site.read_window, site.tracker.history_at(t),
+                                     prepared=prepared)
+        if outcome.windows is not None:
+            self.windows[k][first] = outcome.windows
         done: Future[Any] = Future()
-        done.set_result(site.inspector.run(t, site.read_window, site.tracker.history_at(t),
-                                           prepared=prepared).result)
+        done.set_result(outcome.result)
         self.pending[done] = unit
 
     def _first_pass(self, k: int, first: int) -> None:
@@ -560,7 +566,8 @@ class _Backfill:
                 i = self.observed[k]
                 result = self.done[k].pop(i)
                 if s.tracker is not None:
-                    observe(s.tracker, result, s.read_window, s.times[i] in s.probes)
+                    observe(s.tracker, result, s.read_window, s.times[i] in s.probes,
+                            self.windows[k].pop(i, None))
                 if s.emits(i):
                     self.ready_out[k][i] = result
                 self.observed[k] += 1
