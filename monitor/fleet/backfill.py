@@ -194,12 +194,16 @@ class SiteBackfill:
             return InspectionJob.with_source(self.settings, t, self.source, history)
         return InspectionJob.with_windows(self.settings, t, self.read_window, history)
 
-    def batch_job(self, first: int, stop: int) -> InspectionBatch:
-        """The engine-rule times ``first .. stop - 1`` as one batch."""
+    def batch_job(self, first: int, stop: int, *, first_pass: bool = False
+                  ) -> InspectionBatch:
+        """The times ``first .. stop - 1`` as one batch: engine-rule inspections, or
+        (``first_pass``) the first pass of calibrated-rule ones."""
         times = self.times[first:stop]
         if self.source is not None:
-            return InspectionBatch.with_source(self.settings, times, self.source)
-        return InspectionBatch.with_windows(self.settings, times, self.read_window)
+            return InspectionBatch.with_source(self.settings, times, self.source,
+                                               first_pass=first_pass)
+        return InspectionBatch.with_windows(self.settings, times, self.read_window,
+                                            first_pass=first_pass)
 
     def units(self, batch: int) -> list[tuple[int, int]]:
         """The ``(first, stop)`` index ranges of times that travel as one job: runs of up
@@ -297,13 +301,11 @@ def _detect_all(executor: Executor, settings: InspectorSettings, times: Sequence
         for unit, exc in dead:
             alone = len(dead) == 1
             if len(unit) > 1 and (alone or killed_worker(exc)):
-                deaths.forget(unit)
                 log.warning("a batch of %d calibration statistics killed its worker (%s); "
                             "computing them one by one", len(unit), exc)
                 singles = [(i,) for i in unit]
+                deaths.split(unit, singles, exc)
                 todo.extend(singles[::-1])
-                if not killed_worker(exc):  # on Dask the scheduler tells the cause
-                    deaths.suspects.update(singles)
             elif deaths.died(unit, exc, alone=alone):
                 log.error("the calibration statistic of %s at %s killed its worker each "
                           "time it ran (%s); left out of the history", settings.site,
@@ -441,23 +443,20 @@ class _Backfill:
         stop = min(first + PREFIT_TIMES, len(site.times))
         self.prefit_to[k] = stop
         size = batch_size(self.executor, stop - first)
-        jobs: dict[Future[Any], list[datetime]] = {}
+        jobs: dict[Future[Any], range] = {}
         for a in range(first, stop, size):
-            times = site.times[a:min(a + size, stop)]
-            batch = (InspectionBatch.with_source(site.settings, times, site.source,
-                                                 first_pass=True)
-                     if site.source is not None else
-                     InspectionBatch.with_windows(site.settings, times, site.read_window,
-                                                  first_pass=True))
-            jobs[self.executor.submit(run_first_pass, [batch])] = times
-        index = {t: i for i, t in enumerate(site.times)}
+            b = min(a + size, stop)
+            batch = site.batch_job(a, b, first_pass=True)
+            jobs[self.executor.submit(run_first_pass, [batch])] = range(a, b)
         lost = 0
         broke = False
         for future in wait(list(jobs))[0]:
             exc = future.exception()
             if exc is None:
-                for t, prepared in future.result()[0].items():
-                    self.prepared[k][index[t]] = prepared
+                by_time = future.result()[0]  # the times whose windows gave a detection
+                for i in jobs[future]:
+                    if site.times[i] in by_time:
+                        self.prepared[k][i] = by_time[site.times[i]]
             elif isinstance(exc, BrokenProcessPool) and _can_renew(self.executor):
                 broke, lost = True, lost + len(jobs[future])
             elif killed_worker(exc):
@@ -544,13 +543,11 @@ class _Backfill:
         k, first, stop = unit
         site = self.sites[k]
         if stop - first > 1 and (certain or killed_worker(exc)):
-            self.deaths.forget(unit)
             log.warning("a batch of %d inspections of %s killed its worker (%s); running "
                         "them one by one", stop - first, site.inspector.site, exc)
             singles = [(k, i, i + 1) for i in range(first, stop)]
+            self.deaths.split(unit, singles, exc)
             self.retry.extend(singles)
-            if not killed_worker(exc):  # on Dask the scheduler tells the cause
-                self.deaths.suspects.update(singles)
             return
         if not self.deaths.died(unit, exc, alone=certain):
             self.retry.append(unit)

@@ -131,6 +131,14 @@ class WorkerDeaths:
         self.forget(key)
         return True
 
+    def split(self, batch: Any, singles: Sequence[Any], exc: BaseException) -> None:
+        """A batch of several jobs caused its worker's death (``exc``) and is sent again
+        as ``singles``, one job each: they become suspects, so that the next death names
+        its job, except on Dask's ``KilledWorker``, where the scheduler tells the cause."""
+        self.forget(batch)
+        if not killed_worker(exc):
+            self.suspects.update(singles)
+
     def forget(self, key: Any) -> None:
         """``key`` came back or was recorded: no longer a suspect."""
         self.suspects.discard(key)

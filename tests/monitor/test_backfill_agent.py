@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from concurrent.futures import Executor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -118,6 +119,38 @@ def test_a_backfill_from_the_middle_equals_one_from_the_first_inspection(tmp_pat
     assert not compare(agent, inline) and len(inline) == len(middle)
 
 
+# a 13-day stream whose s02 drops on 01-16 20:00: the agent inspects from 01-12 (first
+# reading + 7 d) and calibrates from 01-16 15:00, so these 16 times are all calibrated
+START, END = "2026-01-16T16:00:00Z", "2026-01-17T07:00:00Z"
+
+
+def _change_argv(tmp_path) -> list[str]:
+    """The backfill arguments of the stream above over START .. END (its CSV written)."""
+    frame, _ = simulate(Scenario(n_sensors=6, days=13, step="30min",
+                                 change_at="2026-01-16T20:00:00Z", changes={"s02": -1.5}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    return ["backfill", "--data", str(path), "--start", START, "--end", END]
+
+
+@contextmanager
+def _planned(argv: list[str]):
+    """(config, inspector, read_window, plan) of a backfill's arguments, as the CLI builds
+    them; the window reader is closed on exit."""
+    from monitor.cli import _backfill_plan, _one_shot_config, _window_reader, build_parser
+    from monitor.compose import build_inspector
+
+    config = _one_shot_config(build_parser().parse_args(argv))
+    inspector = build_inspector(config)
+    read, close = _window_reader(config)
+    try:
+        yield config, inspector, read, _backfill_plan(
+            config, inspector, read, datetime.fromisoformat(START),
+            datetime.fromisoformat(END), None, False)
+    finally:
+        close()
+
+
 @pytest.mark.slow
 def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path):
     """``mmdwatch backfill`` computes the windows, level statistics and engine-part fits
@@ -125,34 +158,18 @@ def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path):
     time alone, its engine part fitted alone (the agent's path, and the backfill's before
     the two passes), gives the same results at every time: fingerprints, statuses,
     incidents and p-values within 1e-9."""
-    from monitor.cli import _backfill_plan, _one_shot_config, _tracker, _window_reader, build_parser
-    from monitor.compose import build_inspector
+    from monitor.cli import _tracker
     from monitor.fleet.backfill import observe
 
-    frame, _ = simulate(Scenario(n_sensors=6, days=13, step="30min",
-                                 change_at="2026-01-16T20:00:00Z", changes={"s02": -1.5}))
-    path = tmp_path / "net.csv"
-    write_csv(frame, path)
-    # the agent inspects from 01-12 (first reading + 7 d) and calibrates from 01-16 15:00
-    start, end = "2026-01-16T16:00:00Z", "2026-01-17T07:00:00Z"
-    batched = json_lines(tmp_path / "two-pass.jsonl", ["backfill", "--data", str(path),
-                                                        "--start", start, "--end", end])
-    args = build_parser().parse_args(["backfill", "--data", str(path), "--start", start,
-                                      "--end", end])
-    config = _one_shot_config(args)
-    inspector = build_inspector(config)
-    read, close = _window_reader(config)
-    try:
-        plan = _backfill_plan(config, inspector, read, datetime.fromisoformat(start),
-                              datetime.fromisoformat(end), None, False)
+    argv = _change_argv(tmp_path)
+    batched = json_lines(tmp_path / "two-pass.jsonl", argv)
+    with _planned(argv) as (config, inspector, read, plan):
         tracker = _tracker(config, inspector, read, plan.times[0])
         alone = {}
         for t in plan.times:
             result = inspector.run(t, read, tracker.history_at(t)).result
             observe(tracker, result, read)
             alone[result["inspection_time"]] = result
-    finally:
-        close()
     assert len(batched) == 16 and len(alone) > 100
     assert not compare(alone, batched)
     statuses = {r["status"] for r in batched}
@@ -185,37 +202,16 @@ def test_a_calibrated_backfill_on_an_executor_sends_batched_first_passes(tmp_pat
     """Under the calibrated rule a backfill on an executor sends its times' first passes
     (windows, detections, engine-part fits) as a few batched jobs and decides them here
     in order (issue 27): no job per time, and the results of the inline backfill."""
-    from monitor.cli import (
-        _backfill_plan,
-        _one_shot_config,
-        _site_backfill,
-        _window_reader,
-        build_parser,
-    )
-    from monitor.compose import build_inspector
+    from monitor.cli import _site_backfill
     from monitor.fleet.backfill import run_backfill
 
-    frame, _ = simulate(Scenario(n_sensors=6, days=13, step="30min",
-                                 change_at="2026-01-16T20:00:00Z", changes={"s02": -1.5}))
-    path = tmp_path / "net.csv"
-    write_csv(frame, path)
-    start, end = "2026-01-16T16:00:00Z", "2026-01-17T07:00:00Z"
-    inline = json_lines(tmp_path / "inline.jsonl", ["backfill", "--data", str(path),
-                                                    "--start", start, "--end", end])
-    args = build_parser().parse_args(["backfill", "--data", str(path), "--start", start,
-                                      "--end", end])
-    config = _one_shot_config(args)
-    inspector = build_inspector(config)
-    read, close = _window_reader(config)
+    argv = _change_argv(tmp_path)
+    inline = json_lines(tmp_path / "inline.jsonl", argv)
     executor = _CountingExecutor()
     results: list[dict] = []
-    try:
-        plan = _backfill_plan(config, inspector, read, datetime.fromisoformat(start),
-                              datetime.fromisoformat(end), None, False)
+    with _planned(argv) as (config, inspector, read, plan):
         site = _site_backfill(config, inspector, read, plan)
         run_backfill([site], executor, results.append)
-    finally:
-        close()
     assert len(plan.times) > 100 and len(results) == len(inline) == 16
     assert executor.sent["run_job"] == 0
     # eight times a job at least: batch_size for an unknown executor (eight in flight)
