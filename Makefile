@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml
 	# Exact pin first: pip takes the machine's CPU wheel ($$PIP_FIND_LINKS), not a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# The engine part's optimiser in C (engine/native): built for this machine's CPU.
+	$(PY) -m engine.native
 	touch $(STAMP)
 
 install: $(STAMP)

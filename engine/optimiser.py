@@ -284,6 +284,8 @@ def minimise(
     lambdas = lambdas.to(dtype=dtype, device=device)
     shape = (problems.n_sets, lambdas.shape[-1])
     a = _starting_point(shape, problems.delta.shape[1], dtype, device, init, config)
+    if _native_applies(problems, config, objective):
+        return _minimise_native(problems, lambdas, objective, config, a)
     s = _Batch.start(a, shape, config)
     weights_of = torch.exp if config.log_scale else (lambda w: w)
     # tol=0 never stops a problem (max - min is never < 0): no ring to keep, and on a GPU
@@ -320,6 +322,44 @@ def minimise(
             a, final = _snap(problems, a, final, lambdas, objective, config.snap)
     log.debug("optimised %d problems in %d epochs", shape[0] * shape[1], epoch + 1)
     return OptimiseResult(a, final, s.epochs, epoch + 1)
+
+
+def _native_applies(problems: ProblemSet, config: OptimiserConfig,
+                    objective: ObjectiveName) -> bool:
+    """Whether :mod:`engine.native` computes this run: ``SMOOTH``'s kind of schedule (log
+    scale, cosine, no early stop, backtracking, best point or snap) on float64 CPU
+    problems of the quadratic estimator and Gaussian kernel without padded rows, and the
+    library is built."""
+    from engine import native
+
+    return (problems.delta.device.type == "cpu" and problems.delta.dtype == torch.float64
+            and problems.estimator == "quadratic" and problems.kernel == "gaussian"
+            and problems.mx is None and problems.my is None
+            and problems.n >= 2 and problems.m >= 2
+            and config.log_scale and config.schedule == "cosine" and config.tol == 0
+            and config.backtrack is None and not config.keep_best and config.snap == 0
+            and objective in ("ratio", "mmd") and native.library() is not None)
+
+
+def _minimise_native(problems: ProblemSet, lambdas: torch.Tensor, objective: ObjectiveName,
+                     config: OptimiserConfig, u: torch.Tensor) -> OptimiseResult:
+    """:func:`minimise` by :func:`engine.native.smooth_minimise`: the same epochs, each
+    problem in the core's cache; the last iterate and its objective."""
+    from engine import native
+
+    k, length = u.shape[0], u.shape[1]
+    d = problems.delta.shape[1]
+    gamma = problems.gamma.reshape(-1, d).expand(k, d)
+    u = native.smooth_minimise(
+        problems.delta, problems.n, problems.m, gamma, lambdas.expand(k, length), u,
+        epochs=config.max_epochs, lr=config.lr, betas=config.betas, eps=config.eps,
+        ratio=objective == "ratio")
+    with torch.no_grad():
+        weights = torch.exp(u)
+        final = problems.loss(weights, lambdas, objective)
+    epochs = torch.full((k, length), config.max_epochs, dtype=torch.int64)
+    log.debug("optimised %d problems in %d epochs (C)", k * length, config.max_epochs)
+    return OptimiseResult(weights, final, epochs, config.max_epochs)
 
 
 def paper_config(**changes: Any) -> OptimiserConfig:

@@ -1,0 +1,243 @@
+/* The engine part's optimiser (engine.SMOOTH) for one set of data at a time, in C.
+ *
+ * engine/native/__init__.py explains when it is used. It computes what
+ * engine.optimiser.minimise computes with engine.problems.ProblemSet (quadratic estimator,
+ * Gaussian kernel, no row masks) and a cosine schedule without early stop: per problem,
+ * EPOCHS Adam steps on u = log a of the regularised objective
+ *     -log_positive(MMD^2) [+ 0.5 log(max(V, 0) + 1e-8)] + lambda * sum_d a_d
+ * with the gradient written out by hand. Every problem (set k, lambda l) is independent,
+ * so a set's pair differences (D x P, tens of KB) stay in the core's cache for all its
+ * epochs, where the tensor program streams the whole batch from memory twice per epoch.
+ *
+ * Shapes (row-major, contiguous): delta (K, D, P) with P = n/2*n + m/2*m + n*m (the
+ * circulant pairs of X, of Y, then all X-Y pairs, see circulant_pairs in problems.py);
+ * gamma (K, D); lambdas (K, L); u (K, L, D), the starting point in, the last iterate out.
+ */
+#include <math.h>
+#include <float.h>
+#include <stdlib.h>
+
+#pragma omp declare simd notinbranch
+extern double expm1(double);
+
+#define MMD2_FLOOR 1e-5
+#define VAR_CONSTANT 1e-8
+
+static double finite_or_limit(double g) {
+    /* torch.nan_to_num: NaN -> 0, +-inf -> the largest finite value */
+    if (isnan(g)) return 0.0;
+    if (isinf(g)) return g > 0 ? DBL_MAX : -DBL_MAX;
+    return g;
+}
+
+/* Row sums of k - 1 over the circulant pairs (weight 1/2 on the doubled slab of an even
+ * size) and the X-Y block. */
+static void row_sums(long n, long m, const double *k, double *rxx, double *ryy,
+                     double *rxy, double *cxy) {
+    long sx = n / 2, sy = m / 2;
+    for (long i = 0; i < n; i++) rxx[i] = 0.0, rxy[i] = 0.0;
+    for (long j = 0; j < m; j++) ryy[j] = 0.0, cxy[j] = 0.0;
+    const double *p = k;
+    for (long s = 1; s <= sx; s++, p += n) {
+        double w = (n % 2 == 0 && s == sx) ? 0.5 : 1.0;
+        for (long i = 0; i < n; i++) {
+            long j = i + s < n ? i + s : i + s - n;
+            double v = p[i] * w;
+            rxx[i] += v;
+            rxx[j] += v;
+        }
+    }
+    for (long s = 1; s <= sy; s++, p += m) {
+        double w = (m % 2 == 0 && s == sy) ? 0.5 : 1.0;
+        for (long i = 0; i < m; i++) {
+            long j = i + s < m ? i + s : i + s - m;
+            double v = p[i] * w;
+            ryy[i] += v;
+            ryy[j] += v;
+        }
+    }
+    for (long i = 0; i < n; i++) {
+        double a = 0.0;
+        const double *row = p + i * m;
+        for (long j = 0; j < m; j++) {
+            a += row[j];
+            cxy[j] += row[j];
+        }
+        rxy[i] = a;
+    }
+}
+
+/* The objective of one problem from its row sums, and its gradient with respect to them
+ * (g_* must hold n, m, n, m values). As engine.estimators.mmd2_and_variance_from_sums
+ * (diagonals 0, no masks) and ProblemSet.loss without the penalty. */
+static double data_term(long n, long m, int ratio, const double *rxx, const double *ryy,
+                        const double *rxy, const double *cxy, double *g_rxx,
+                        double *g_ryy, double *g_rxy, double *g_cxy, double *fx,
+                        double *fy) {
+    double sxx = 0, syy = 0, sxy = 0;
+    for (long i = 0; i < n; i++) sxx += rxx[i], sxy += rxy[i];
+    for (long j = 0; j < m; j++) syy += ryy[j];
+    double dn = (double)n, dm = (double)m;
+    double mmd2 = sxx / (dn * (dn - 1)) + syy / (dm * (dm - 1)) - 2 * sxy / (dn * dm);
+    double value, g_mmd2;
+    if (mmd2 > MMD2_FLOOR) {
+        value = -log(mmd2);
+        g_mmd2 = -1.0 / mmd2;
+    } else {
+        value = -(log(MMD2_FLOOR) + mmd2 / MMD2_FLOOR - 1);
+        g_mmd2 = -1.0 / MMD2_FLOOR;
+    }
+    for (long i = 0; i < n; i++) {
+        g_rxx[i] = g_mmd2 / (dn * (dn - 1));
+        g_rxy[i] = -2 * g_mmd2 / (dn * dm);
+    }
+    for (long j = 0; j < m; j++) {
+        g_ryy[j] = g_mmd2 / (dm * (dm - 1));
+        g_cxy[j] = 0.0;
+    }
+    if (!ratio) return value;
+    double var, g_var;
+    if (n == m) { /* the paired variance */
+        double sum_h = 0, sum_h2 = 0;
+        for (long i = 0; i < n; i++) {
+            fx[i] = rxx[i] + ryy[i] - rxy[i] - cxy[i];
+            sum_h += fx[i];
+            sum_h2 += fx[i] * fx[i];
+        }
+        var = 4 / (dn * dn * dn) * sum_h2 - 4 / (dn * dn * dn * dn) * sum_h * sum_h;
+        g_var = var >= 0 ? 0.5 / (var + VAR_CONSTANT) : 0.0;
+        value += 0.5 * log((var >= 0 ? var : 0) + VAR_CONSTANT);
+        for (long i = 0; i < n; i++) {
+            double g_h = g_var * (8 / (dn * dn * dn) * fx[i] - 8 / (dn * dn * dn * dn) * sum_h);
+            g_rxx[i] += g_h;
+            g_ryy[i] += g_h;
+            g_rxy[i] -= g_h;
+            g_cxy[i] -= g_h;
+        }
+        return value;
+    }
+    double mean_x = 0, mean_y = 0, var_x = 0, var_y = 0;
+    for (long i = 0; i < n; i++) {
+        fx[i] = rxx[i] / (dn - 1) - rxy[i] / dm;
+        mean_x += fx[i];
+    }
+    for (long j = 0; j < m; j++) {
+        fy[j] = ryy[j] / (dm - 1) - cxy[j] / dn;
+        mean_y += fy[j];
+    }
+    mean_x /= dn;
+    mean_y /= dm;
+    for (long i = 0; i < n; i++) var_x += (fx[i] - mean_x) * (fx[i] - mean_x);
+    for (long j = 0; j < m; j++) var_y += (fy[j] - mean_y) * (fy[j] - mean_y);
+    var_x /= dn;
+    var_y /= dm;
+    var = 4 / dn * var_x + 4 / dm * var_y;
+    g_var = var >= 0 ? 0.5 / (var + VAR_CONSTANT) : 0.0;
+    value += 0.5 * log((var >= 0 ? var : 0) + VAR_CONSTANT);
+    for (long i = 0; i < n; i++) {
+        double g_f = g_var * 4 / dn * 2 / dn * (fx[i] - mean_x);
+        g_rxx[i] += g_f / (dn - 1);
+        g_rxy[i] -= g_f / dm;
+    }
+    for (long j = 0; j < m; j++) {
+        double g_f = g_var * 4 / dm * 2 / dm * (fy[j] - mean_y);
+        g_ryy[j] += g_f / (dm - 1);
+        g_cxy[j] -= g_f / dn;
+    }
+    return value;
+}
+
+/* d(objective)/d(exponent) of each pair: the pair's share of its two row sums' gradients
+ * times d expm1(e)/de = k + 1. */
+static void pair_gradient(long n, long m, const double *k, const double *g_rxx,
+                          const double *g_ryy, const double *g_rxy, const double *g_cxy,
+                          double *ge) {
+    long sx = n / 2, sy = m / 2;
+    double *q = ge;
+    const double *p = k;
+    for (long s = 1; s <= sx; s++, q += n, p += n) {
+        double w = (n % 2 == 0 && s == sx) ? 0.5 : 1.0;
+        for (long i = 0; i < n; i++) {
+            long j = i + s < n ? i + s : i + s - n;
+            double g = (g_rxx[i] + g_rxx[j]) * w;
+            q[i] = g + g * p[i];
+        }
+    }
+    for (long s = 1; s <= sy; s++, q += m, p += m) {
+        double w = (m % 2 == 0 && s == sy) ? 0.5 : 1.0;
+        for (long i = 0; i < m; i++) {
+            long j = i + s < m ? i + s : i + s - m;
+            double g = (g_ryy[i] + g_ryy[j]) * w;
+            q[i] = g + g * p[i];
+        }
+    }
+    for (long i = 0; i < n; i++) {
+        for (long j = 0; j < m; j++) {
+            double g = g_rxy[i] + g_cxy[j];
+            q[i * m + j] = g + g * p[i * m + j];
+        }
+    }
+}
+
+/* Returns 0, or -1 when its scratch memory could not be allocated. */
+int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *delta,
+                        const double *gamma, const double *lambdas, double *u, long epochs,
+                        double lr, double beta1, double beta2, double eps, int ratio) {
+    long P = (n / 2) * n + (m / 2) * m + n * m;
+    long rows = 2 * (n + m);
+    double *buf = malloc(sizeof(double) * (2 * P + 4 * rows + 6 * D));
+    if (!buf) return -1;
+    double *k = buf, *ge = k + P;
+    double *rxx = ge + P, *ryy = rxx + n, *rxy = ryy + m, *cxy = rxy + n;
+    double *g_rxx = cxy + m, *g_ryy = g_rxx + n, *g_rxy = g_ryy + m, *g_cxy = g_rxy + n;
+    double *fx = g_cxy + m, *fy = fx + rows;
+    double *w = fy + rows, *scale = w + D, *grad = scale + D, *m1 = grad + D, *m2 = m1 + D;
+    double *inv = m2 + D;
+    for (long set = 0; set < K; set++) {
+        const double *dk = delta + set * D * P;
+        for (long d = 0; d < D; d++) {
+            double gd = gamma[set * D + d];
+            inv[d] = 1.0 / (gd * gd * (double)D);
+        }
+        for (long l = 0; l < L; l++) {
+            double *uk = u + (set * L + l) * D;
+            double lam = lambdas[set * L + l];
+            for (long d = 0; d < D; d++) m1[d] = 0.0, m2[d] = 0.0;
+            for (long epoch = 0; epoch < epochs; epoch++) {
+                for (long d = 0; d < D; d++) {
+                    w[d] = exp(uk[d]);
+                    scale[d] = -(w[d] * w[d] * inv[d]);
+                }
+                for (long p = 0; p < P; p++) k[p] = 0.0;
+                for (long d = 0; d < D; d++) {
+                    const double sd = scale[d];
+                    const double *row = dk + d * P;
+                    #pragma omp simd
+                    for (long p = 0; p < P; p++) k[p] += sd * row[p];
+                }
+                #pragma omp simd
+                for (long p = 0; p < P; p++) k[p] = expm1(k[p]);
+                row_sums(n, m, k, rxx, ryy, rxy, cxy);
+                data_term(n, m, ratio, rxx, ryy, rxy, cxy, g_rxx, g_ryy, g_rxy, g_cxy, fx, fy);
+                pair_gradient(n, m, k, g_rxx, g_ryy, g_rxy, g_cxy, ge);
+                double t = (double)(epoch + 1);
+                double step = lr * 0.5 * (1 + cos(M_PI * (double)epoch / (double)epochs));
+                double c1 = 1 - pow(beta1, t), c2 = 1 - pow(beta2, t);
+                for (long d = 0; d < D; d++) {
+                    const double *row = dk + d * P;
+                    double a = 0.0;
+                    #pragma omp simd reduction(+:a)
+                    for (long p = 0; p < P; p++) a += row[p] * ge[p];
+                    /* exponent = -sum_d s_d delta_d, s_d = w_d^2 inv_d, w_d = exp(u_d) */
+                    double g_w = -a * 2 * w[d] * inv[d] + lam;
+                    double g = finite_or_limit(g_w * w[d]);
+                    m1[d] += (1 - beta1) * (g - m1[d]);
+                    m2[d] += (1 - beta2) * (g * g - m2[d]);
+                    uk[d] -= step * (m1[d] / c1) / (sqrt(m2[d] / c2) + eps);
+                }
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
