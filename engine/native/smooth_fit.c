@@ -179,6 +179,53 @@ static void pair_gradient(long n, long m, const double *k, const double *g_rxx,
     }
 }
 
+/* k (P) = scale (D) @ delta (D x P), four rows per pass over k (a pass per row would
+ * load and store k D times). */
+static void exponents(long D, long P, const double *delta, const double *scale,
+                      double *k) {
+    for (long p = 0; p < P; p++) k[p] = 0.0;
+    long d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const double *r0 = delta + d * P, *r1 = r0 + P, *r2 = r1 + P, *r3 = r2 + P;
+        const double s0 = scale[d], s1 = scale[d + 1], s2 = scale[d + 2], s3 = scale[d + 3];
+        #pragma omp simd
+        for (long p = 0; p < P; p++)
+            k[p] += s0 * r0[p] + s1 * r1[p] + s2 * r2[p] + s3 * r3[p];
+    }
+    for (; d < D; d++) {
+        const double *row = delta + d * P;
+        const double sd = scale[d];
+        #pragma omp simd
+        for (long p = 0; p < P; p++) k[p] += sd * row[p];
+    }
+}
+
+/* out (D) = delta (D x P) @ ge (P), four rows at a time: one running sum would wait on
+ * its own additions (a chain of P / 4 vector additions per row); four are independent. */
+static void pair_products(long D, long P, const double *delta, const double *ge,
+                          double *out) {
+    long d = 0;
+    for (; d + 4 <= D; d += 4) {
+        const double *r0 = delta + d * P, *r1 = r0 + P, *r2 = r1 + P, *r3 = r2 + P;
+        double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+        #pragma omp simd reduction(+:a0, a1, a2, a3)
+        for (long p = 0; p < P; p++) {
+            a0 += r0[p] * ge[p];
+            a1 += r1[p] * ge[p];
+            a2 += r2[p] * ge[p];
+            a3 += r3[p] * ge[p];
+        }
+        out[d] = a0, out[d + 1] = a1, out[d + 2] = a2, out[d + 3] = a3;
+    }
+    for (; d < D; d++) {
+        const double *row = delta + d * P;
+        double a = 0.0;
+        #pragma omp simd reduction(+:a)
+        for (long p = 0; p < P; p++) a += row[p] * ge[p];
+        out[d] = a;
+    }
+}
+
 /* Returns 0, or -1 when its scratch memory could not be allocated. */
 int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *delta,
                         const double *gamma, const double *lambdas, double *u, long epochs,
@@ -208,13 +255,7 @@ int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *de
                     w[d] = exp(uk[d]);
                     scale[d] = -(w[d] * w[d] * inv[d]);
                 }
-                for (long p = 0; p < P; p++) k[p] = 0.0;
-                for (long d = 0; d < D; d++) {
-                    const double sd = scale[d];
-                    const double *row = dk + d * P;
-                    #pragma omp simd
-                    for (long p = 0; p < P; p++) k[p] += sd * row[p];
-                }
+                exponents(D, P, dk, scale, k);
                 #pragma omp simd
                 for (long p = 0; p < P; p++) k[p] = expm1(k[p]);
                 row_sums(n, m, k, rxx, ryy, rxy, cxy);
@@ -223,13 +264,10 @@ int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *de
                 double t = (double)(epoch + 1);
                 double step = lr * 0.5 * (1 + cos(M_PI * (double)epoch / (double)epochs));
                 double c1 = 1 - pow(beta1, t), c2 = 1 - pow(beta2, t);
+                pair_products(D, P, dk, ge, grad);
                 for (long d = 0; d < D; d++) {
-                    const double *row = dk + d * P;
-                    double a = 0.0;
-                    #pragma omp simd reduction(+:a)
-                    for (long p = 0; p < P; p++) a += row[p] * ge[p];
                     /* exponent = -sum_d s_d delta_d, s_d = w_d^2 inv_d, w_d = exp(u_d) */
-                    double g_w = -a * 2 * w[d] * inv[d] + lam;
+                    double g_w = -grad[d] * 2 * w[d] * inv[d] + (w[d] > 0 ? lam : 0.0);
                     double g = finite_or_limit(g_w * w[d]);
                     m1[d] += (1 - beta1) * (g - m1[d]);
                     m2[d] += (1 - beta2) * (g * g - m2[d]);
