@@ -350,13 +350,11 @@ def _minimise_native(problems: ProblemSet, lambdas: torch.Tensor, objective: Obj
     k, length = u.shape[0], u.shape[1]
     d = problems.delta.shape[1]
     gamma = problems.gamma.reshape(-1, d).expand(k, d)
-    u = native.smooth_minimise(
+    u, final = native.smooth_minimise(
         problems.delta, problems.n, problems.m, gamma, lambdas.expand(k, length), u,
         epochs=config.max_epochs, lr=config.lr, betas=config.betas, eps=config.eps,
         ratio=objective == "ratio")
-    with torch.no_grad():
-        weights = torch.exp(u)
-        final = problems.loss(weights, lambdas, objective)
+    weights = torch.exp(u)
     epochs = torch.full((k, length), config.max_epochs, dtype=torch.int64)
     log.debug("optimised %d problems in %d epochs (C)", k * length, config.max_epochs)
     return OptimiseResult(weights, final, epochs, config.max_epochs)

@@ -284,7 +284,17 @@ class _Selector:
         return self.n_splits * a * pairs * (4 if self.dtype == "float32" else 8)
 
     def _full_problem(self, prep: F.Prepared) -> ProblemSet:
-        return ProblemSet.build(prep.x.unsqueeze(0), prep.y.unsqueeze(0), prep.gamma,
+        return self._full_problems([prep])
+
+    def _full_problems(self, preps: list[F.Prepared]) -> ProblemSet:
+        """The whole samples of data sets of one shape as one batch, built at once (each
+        keeps its own length scales): ``ProblemSet.concat`` of one build each, value for
+        value, without a build's fixed cost per data set."""
+        gamma = preps[0].gamma
+        if any(not torch.equal(p.gamma, gamma) for p in preps[1:]):
+            gamma = torch.stack([p.gamma for p in preps]).unsqueeze(1)  # (N, 1, A)
+        return ProblemSet.build(torch.stack([p.x for p in preps]),
+                                torch.stack([p.y for p in preps]), gamma,
                                 kernel=self.kernel, estimator=self.estimator)
 
     def _trivial(self, prep: F.Prepared, t0: float, n_lambdas: int = 1) -> Selection:
@@ -569,7 +579,7 @@ class _LambdaSelector(_Selector):
             # objective's last digits do.
             config = replace(config, max_epochs=min(config.max_epochs, self.search_epochs))
         searches = search_lambdas_many(
-            ProblemSet.concat([self._full_problem(p) for p in preps]), rule=self.selection,
+            self._full_problems(preps), rule=self.selection,
             lower=self.lambda_lower, n_candidates=self.n_lambdas, objective=self.objective,
             config=config,
         )

@@ -87,7 +87,7 @@ def _load() -> ctypes.CDLL | None:
                 lib = ctypes.CDLL(str(LIBRARY))
                 fn = lib.smooth_minimise_f64
                 fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_long] * 5 + [ctypes.c_void_p] * 4 + [
+                fn.argtypes = [ctypes.c_long] * 5 + [ctypes.c_void_p] * 5 + [
                     ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_double,
                     ctypes.c_double, ctypes.c_int]
             except OSError as exc:
@@ -100,11 +100,13 @@ def _load() -> ctypes.CDLL | None:
 
 def smooth_minimise(delta: torch.Tensor, n: int, m: int, gamma: torch.Tensor,
                     lambdas: torch.Tensor, u: torch.Tensor, *, epochs: int, lr: float,
-                    betas: tuple[float, float], eps: float, ratio: bool) -> torch.Tensor:
+                    betas: tuple[float, float], eps: float, ratio: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """``epochs`` Adam steps with a cosine step size from ``lr`` on ``u = log a`` of every
     problem: ``delta`` (K, D, P), ``gamma`` (K, D), ``lambdas`` (K, L), the start ``u``
-    (K, L, D), all float64 on the CPU. Returns the last iterate (K, L, D), a new tensor.
-    The ctypes call releases the GIL, so batches fitted in threads run at once."""
+    (K, L, D), all float64 on the CPU. Returns the last iterate (K, L, D), a new tensor,
+    and its objective (K, L). The ctypes call releases the GIL, so batches fitted in
+    threads run at once."""
     lib = library()
     if lib is None:
         raise NativeBuildError("the C optimiser is not built: python -m engine.native")
@@ -112,13 +114,14 @@ def smooth_minimise(delta: torch.Tensor, n: int, m: int, gamma: torch.Tensor,
     gamma, lambdas = gamma.contiguous(), lambdas.contiguous()
     out = u.detach().clone().contiguous()
     k, d, _ = delta.shape
+    loss = torch.empty(lambdas.shape, dtype=torch.float64)
     status = lib.smooth_minimise_f64(
         k, lambdas.shape[1], d, n, m, delta.data_ptr(), gamma.data_ptr(),
-        lambdas.data_ptr(), out.data_ptr(), int(epochs), float(lr), float(betas[0]),
-        float(betas[1]), float(eps), int(ratio))
+        lambdas.data_ptr(), out.data_ptr(), loss.data_ptr(), int(epochs), float(lr),
+        float(betas[0]), float(betas[1]), float(eps), int(ratio))
     if status != 0:
         raise MemoryError("the C optimiser could not allocate its scratch memory")
-    return out
+    return out, loss
 
 
 def main() -> int:

@@ -11,7 +11,8 @@
  *
  * Shapes (row-major, contiguous): delta (K, D, P) with P = n/2*n + m/2*m + n*m (the
  * circulant pairs of X, of Y, then all X-Y pairs, see circulant_pairs in problems.py);
- * gamma (K, D); lambdas (K, L); u (K, L, D), the starting point in, the last iterate out.
+ * gamma (K, D); lambdas (K, L); u (K, L, D), the starting point in, the last iterate out;
+ * loss (K, L), out: the last iterate's objective.
  */
 #include <math.h>
 #include <float.h>
@@ -228,8 +229,9 @@ static void pair_products(long D, long P, const double *delta, const double *ge,
 
 /* Returns 0, or -1 when its scratch memory could not be allocated. */
 int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *delta,
-                        const double *gamma, const double *lambdas, double *u, long epochs,
-                        double lr, double beta1, double beta2, double eps, int ratio) {
+                        const double *gamma, const double *lambdas, double *u, double *loss,
+                        long epochs, double lr, double beta1, double beta2, double eps,
+                        int ratio) {
     long P = (n / 2) * n + (m / 2) * m + n * m;
     long rows = 2 * (n + m);
     double *buf = malloc(sizeof(double) * (2 * P + 4 * rows + 6 * D));
@@ -250,16 +252,23 @@ int smooth_minimise_f64(long K, long L, long D, long n, long m, const double *de
             double *uk = u + (set * L + l) * D;
             double lam = lambdas[set * L + l];
             for (long d = 0; d < D; d++) m1[d] = 0.0, m2[d] = 0.0;
-            for (long epoch = 0; epoch < epochs; epoch++) {
+            for (long epoch = 0; epoch <= epochs; epoch++) {
+                double value = 0.0;
                 for (long d = 0; d < D; d++) {
                     w[d] = exp(uk[d]);
                     scale[d] = -(w[d] * w[d] * inv[d]);
+                    value += lam * fabs(w[d]);
                 }
                 exponents(D, P, dk, scale, k);
                 #pragma omp simd
                 for (long p = 0; p < P; p++) k[p] = expm1(k[p]);
                 row_sums(n, m, k, rxx, ryy, rxy, cxy);
-                data_term(n, m, ratio, rxx, ryy, rxy, cxy, g_rxx, g_ryy, g_rxy, g_cxy, fx, fy);
+                value += data_term(n, m, ratio, rxx, ryy, rxy, cxy, g_rxx, g_ryy, g_rxy,
+                                   g_cxy, fx, fy);
+                if (epoch == epochs) { /* the last iterate's objective, no step */
+                    loss[set * L + l] = value;
+                    break;
+                }
                 pair_gradient(n, m, k, g_rxx, g_ryy, g_rxy, g_cxy, ge);
                 double t = (double)(epoch + 1);
                 double step = lr * 0.5 * (1 + cos(M_PI * (double)epoch / (double)epochs));
