@@ -13,11 +13,16 @@ $(STAMP): pyproject.toml
 	# Exact pin first: pip takes the machine's CPU wheel ($$PIP_FIND_LINKS), not a CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
-	# The engine part's optimiser in C (engine/native): built for this machine's CPU.
-	$(PY) -m engine.native
 	touch $(STAMP)
 
-install: $(STAMP)
+# The engine part's optimiser in C (engine/native), built for this machine's CPU. A fit
+# would build it at first use too; this names a missing compiler at install. Without one
+# the engine runs its tensor program (slower on a CPU), so a failed build is no error.
+NATIVE := engine/native/_smooth_fit.so
+$(NATIVE): engine/native/smooth_fit.c $(STAMP)
+	-$(PY) -m engine.native
+
+install: $(STAMP) $(NATIVE)
 
 # Real servers for the integration tests (Debian packages; apt does not start them here,
 # the pytest fixtures do), and headless Chromium + ChromeDriver for the browser check of the
