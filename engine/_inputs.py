@@ -36,7 +36,7 @@ class Samples:
 def _to_array(data: Any, name: str) -> tuple[np.ndarray, list[Any] | None]:
     labels = None
     if hasattr(data, "columns") and hasattr(data, "to_numpy"):  # pandas DataFrame
-        labels = list(data.columns)
+        labels = data.columns.tolist()
         try:
             arr = data.to_numpy(dtype=np.float64)
         except (TypeError, ValueError) as exc:

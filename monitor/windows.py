@@ -434,12 +434,13 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
         data_end = (readings.loc[(readings["time"] >= t) & (readings["time"] < end),
                                  "time"].max() if filled.any() else None)
         raise WindowIncomplete(covered, None if pd.isna(data_end) else data_end, end)
-    sensors = sorted(set(before.columns) | set(after.columns))
+    names_b, names_a = before.columns.tolist(), after.columns.tolist()
+    sensors = sorted(set(names_b) | set(names_a))
     # The bookkeeping in NumPy: a backfill builds hundreds of windows, and per-sensor
     # pandas lookups cost more than the statistics. Reindexed only where the columns differ.
-    if list(before.columns) != sensors:
+    if names_b != sensors:
         before = before.reindex(columns=sensors)
-    if list(after.columns) != sensors:
+    if names_a != sensors:
         after = after.reindex(columns=sensors)
     seen_b, seen_a = before.notna().to_numpy(), after.notna().to_numpy()
     _raise_on_a_late_start(seen_b, seen_a, before.index, after.index, spec)

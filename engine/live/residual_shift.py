@@ -246,7 +246,8 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
     out: list[Detection | DetectionError | None] = [None] * len(pairs)
     groups: dict[tuple[int, int, tuple[Any, ...]], list[int]] = {}
     for i, (before, after) in enumerate(pairs):
-        if list(before.columns) != list(after.columns):
+        names = before.columns.tolist()
+        if names != after.columns.tolist():
             out[i] = DetectionError("before and after windows hold different sensors")
             continue
         n_b, n_a = len(before), len(after)
@@ -255,7 +256,7 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
                 f"the before window ({n_b} rows) must hold more than twice the after window "
                 f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
             continue
-        groups.setdefault((n_b, n_a, tuple(before.columns)), []).append(i)
+        groups.setdefault((n_b, n_a, tuple(names)), []).append(i)
     for members in groups.values():
         for i, detection in zip(members, _detect_stacked([pairs[i] for i in members], settings),
                                 strict=True):

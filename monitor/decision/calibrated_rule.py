@@ -135,8 +135,8 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         false_incident_interval=format_duration(cal.false_incident_interval))
     result.detection = block
     result.test.decision = CALIBRATED
-    labels = [str(c) for c in w.before.columns]
-    z = {s: float(v) for s, v in det.z.items()}
+    labels = [str(c) for c in w.before.columns.tolist()]
+    z = {str(s): float(v) for s, v in zip(det.z.index.tolist(), det.z.tolist(), strict=True)}
     # what the sensor was expected to read over the after window: its raw mean less the
     # shift the statistic measured (profile, local level and common mode accounted for)
     raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)
