@@ -110,11 +110,21 @@ def differences(a: torch.Tensor, b: torch.Tensor, kernel: KernelName) -> torch.T
     return diff.flatten(-3, -2).transpose(-1, -2)
 
 
-def pair_differences(a: torch.Tensor, b: torch.Tensor, kernel: KernelName) -> torch.Tensor:
-    """Per-variable differences of matched rows: a, b (..., P, D) -> (..., D, P)."""
-    diff = a - b
-    diff = diff.square() if kernel == "gaussian" else diff.abs()
-    return diff.transpose(-1, -2)
+def pair_differences_into(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                           ix: torch.Tensor, jx: torch.Tensor, iy: torch.Tensor,
+                           jy: torch.Tensor, kernel: KernelName) -> torch.Tensor:
+    """Per-variable differences of the row pairs ``(ix, jx)`` of x (K, n, D), then
+    ``(iy, jy)`` of y (K, m, D), then of every (x row, y row) as :func:`differences`
+    orders them, written into ``out`` (K, D, P) and returned; squared for the Gaussian
+    kernel, absolute for the Laplace kernel. Computed in the stored layout: gathering
+    rows and transposing each part, then concatenating, copied every value twice."""
+    xt, yt = x.transpose(-1, -2), y.transpose(-1, -2)  # (K, D, n), (K, D, m)
+    pxx, pyy = len(ix), len(iy)
+    torch.sub(xt[..., ix], xt[..., jx], out=out[..., :pxx])
+    torch.sub(yt[..., iy], yt[..., jy], out=out[..., pxx:pxx + pyy])
+    cross = out[..., pxx + pyy:].unflatten(-1, (x.shape[-2], y.shape[-2]))
+    torch.sub(xt.unsqueeze(-1), yt.unsqueeze(-2), out=cross)
+    return out.square_() if kernel == "gaussian" else out.abs_()
 
 
 def ard_kernel(

@@ -24,7 +24,7 @@ from engine.estimators import (
     mmd2_and_variance_from_sums,
     power_ratio,
 )
-from engine.kernels import KernelName, differences, kernel_scale, pair_differences
+from engine.kernels import KernelName, differences, kernel_scale, pair_differences_into
 
 EstimatorName = Literal["quadratic", "linear"]
 ObjectiveName = Literal["ratio", "mmd"]
@@ -253,11 +253,9 @@ class ProblemSet:
         n, m = x.shape[1], y.shape[1]
         ix, jx = circulant_pairs(n, x.device)
         iy, jy = circulant_pairs(m, y.device)
-        delta = torch.cat(
-            [pair_differences(x[:, ix], x[:, jx], kernel),
-             pair_differences(y[:, iy], y[:, jy], kernel), differences(x, y, kernel)],
-            dim=-1,
-        )
+        delta = pair_differences_into(
+            torch.empty(x.shape[0], x.shape[2], len(ix) + len(iy) + n * m, dtype=x.dtype,
+                        device=x.device), x, y, ix, jx, iy, jy, kernel)
         if (mx is not None and my is not None
                 and bool(mx.eq(1).all()) and bool(my.eq(1).all())):
             mx = my = None
