@@ -116,8 +116,8 @@ def pair_differences_into(out: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
     """Per-variable differences of the row pairs ``(ix, jx)`` of x (K, n, D), then
     ``(iy, jy)`` of y (K, m, D), then of every (x row, y row) as :func:`differences`
     orders them, written into ``out`` (K, D, P) and returned; squared for the Gaussian
-    kernel, absolute for the Laplace kernel. Computed in the stored layout: gathering
-    rows and transposing each part, then concatenating, copied every value twice."""
+    kernel, absolute for the Laplace kernel. Computed in the stored layout, where
+    gathering rows, transposing each part and concatenating copied every value twice."""
     xt, yt = x.transpose(-1, -2), y.transpose(-1, -2)  # (K, D, n), (K, D, m)
     pxx, pyy = len(ix), len(iy)
     torch.sub(xt[..., ix], xt[..., jx], out=out[..., :pxx])

@@ -9,11 +9,12 @@ equal the tensor program's to float64 rounding (tests/engine/test_native.py), an
 a batched matrix product whose kernel depends on the batch's size, each problem's
 arithmetic is the same in any batch, so a fit alone and in a batch agree to the bit.
 
-It is used by :func:`engine.optimiser.minimise` where it applies (:func:`supports`: CPU,
+:func:`engine.optimiser.minimise` uses it where it applies (``_native_applies``: CPU,
 float64, the quadratic estimator, the Gaussian kernel, no padded rows, the cosine
 schedule without early stop). ``make install`` builds it (``python -m engine.native``,
 with ``cc -march=native``: for the machine it runs on), the first fit builds it where
-it is missing, and without a C compiler the tensor program runs instead.
+it is missing or older than its source, and without a C compiler the tensor program
+runs instead.
 """
 from __future__ import annotations
 
