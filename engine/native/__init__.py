@@ -35,6 +35,8 @@ LIBRARY = Path(__file__).with_name("_smooth_fit.so")
 #: libmvec, vectorised sums), no OpenMP threads; no -ffast-math, so NaN and inf keep
 #: their meaning
 CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-shared", "-fPIC"]
+#: ``smooth_fit_abi()`` of the source this module calls (its arguments' order and types)
+ABI = 2
 _loaded: list[ctypes.CDLL | None] = []
 _loading = threading.Lock()
 
@@ -77,26 +79,50 @@ def _load() -> ctypes.CDLL | None:
     if not _loaded:
         lib = None
         if _stale():
-            try:
-                log.info("building the engine's C optimiser (once): %s", LIBRARY)
-                build()
-            except (NativeBuildError, OSError) as exc:
-                log.warning("the engine's C optimiser is not built (%s); the tensor "
-                            "program fits on the CPU, slower", exc)
+            _build_logged()
         if LIBRARY.exists():
-            try:
-                lib = ctypes.CDLL(str(LIBRARY))
-                fn = lib.smooth_minimise_f64
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_long] * 5 + [ctypes.c_void_p] * 5 + [
-                    ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_double,
-                    ctypes.c_double, ctypes.c_int]
-            except OSError as exc:
-                log.warning("the engine's C optimiser %s does not load (%s); rebuild it "
-                            "with `python -m engine.native`", LIBRARY, exc)
+            lib = _open()
+            if lib is not None and lib.smooth_fit_abi() != ABI:
+                # built from another version of smooth_fit.c (a copied installation):
+                # rebuilt for the next process; this one cannot load a second library
+                # of the same name, so it fits with the tensor program
+                _build_logged()
                 lib = None
         _loaded.append(lib)
     return _loaded[0]
+
+
+def _build_logged() -> bool:
+    try:
+        log.info("building the engine's C optimiser (once): %s", LIBRARY)
+        build()
+        return True
+    except (NativeBuildError, OSError) as exc:
+        log.warning("the engine's C optimiser is not built (%s); the tensor program "
+                    "fits on the CPU, slower", exc)
+        return False
+
+
+def _open() -> ctypes.CDLL | None:
+    """The library with its functions' signatures, or None (logged) where it does not
+    load or was built from another version of its source."""
+    try:
+        lib = ctypes.CDLL(str(LIBRARY))
+        abi = lib.smooth_fit_abi
+        abi.restype, abi.argtypes = ctypes.c_int, []
+        fn = lib.smooth_minimise_f64
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_long] * 5 + [ctypes.c_void_p] * 5 + [
+            ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_double,
+            ctypes.c_double, ctypes.c_int]
+    except (OSError, AttributeError) as exc:
+        log.warning("the engine's C optimiser %s does not load (%s); rebuild it with "
+                    "`python -m engine.native`", LIBRARY, exc)
+        return None
+    if lib.smooth_fit_abi() != ABI:
+        log.warning("the engine's C optimiser %s was built from another version of "
+                    "smooth_fit.c; rebuilding it for the next start", LIBRARY)
+    return lib
 
 
 def smooth_minimise(delta: torch.Tensor, n: int, m: int, gamma: torch.Tensor,

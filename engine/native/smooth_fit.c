@@ -21,6 +21,11 @@
 #pragma omp declare simd notinbranch
 extern double expm1(double);
 
+/* The calling convention's version: engine/native/__init__.py checks it at load and
+ * rebuilds a library that another version of this file compiled. */
+#define SMOOTH_FIT_ABI 2
+int smooth_fit_abi(void) { return SMOOTH_FIT_ABI; }
+
 #define MMD2_FLOOR 1e-5
 #define VAR_CONSTANT 1e-8
 

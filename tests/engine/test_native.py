@@ -2,6 +2,8 @@
 batch, and the tensor program where it does not apply."""
 from __future__ import annotations
 
+import ctypes
+import os
 from dataclasses import replace
 
 import pytest
@@ -85,3 +87,29 @@ def test_a_missing_compiler_is_named_with_the_fix(monkeypatch):
     monkeypatch.setenv("CC", "no-such-cc")
     with pytest.raises(native.NativeBuildError, match="install one"):
         native.build()
+
+
+def test_a_library_of_another_version_is_rebuilt_not_called(tmp_path, monkeypatch):
+    """A library compiled from another version of smooth_fit.c (a copied installation)
+    is never called with this version's arguments: this process fits with the tensor
+    program, and the library is rebuilt for the next."""
+    old_source = tmp_path / "smooth_fit.c"
+    old_source.write_text(native.SOURCE.read_text().replace(
+        "#define SMOOTH_FIT_ABI 2", "#define SMOOTH_FIT_ABI 1"))
+    library = tmp_path / "_smooth_fit.so"
+    monkeypatch.setattr(native, "SOURCE", old_source)
+    monkeypatch.setattr(native, "LIBRARY", library)
+    native.build()  # the old version's library
+    monkeypatch.setattr(native, "SOURCE", tmp_path / "current.c")
+    native.SOURCE.write_text((tmp_path / "smooth_fit.c").read_text().replace(
+        "#define SMOOTH_FIT_ABI 1", "#define SMOOTH_FIT_ABI 2"))
+    os.utime(native.SOURCE, (0, 0))  # older than the library: only its version tells
+    monkeypatch.setattr(native, "_loaded", [])
+    assert native.library() is None
+    problems = _problems(2, 12, 8, 4, per_set_gamma=False)
+    assert not opt._native_applies(problems, SMOOTH, "ratio")
+    # the file on disk is now this version's (opened under another name: a process
+    # keeps the library it loaded first under a name)
+    rebuilt = tmp_path / "rebuilt.so"
+    rebuilt.write_bytes(library.read_bytes())
+    assert ctypes.CDLL(str(rebuilt)).smooth_fit_abi() == native.ABI
