@@ -82,10 +82,10 @@ def _load() -> ctypes.CDLL | None:
             _build_logged()
         if LIBRARY.exists():
             lib = _open()
-            if lib is not None and lib.smooth_fit_abi() != ABI:
-                # built from another version of smooth_fit.c (a copied installation):
-                # rebuilt for the next process; this one cannot load a second library
-                # of the same name, so it fits with the tensor program
+            if lib is None or lib.smooth_fit_abi() != ABI:
+                # built from another version of smooth_fit.c (a copied installation),
+                # or not loadable: rebuilt for the next process; this one cannot load a
+                # second library of the same name, so it fits with the tensor program
                 _build_logged()
                 lib = None
         _loaded.append(lib)
@@ -115,9 +115,9 @@ def _open() -> ctypes.CDLL | None:
         fn.argtypes = [ctypes.c_long] * 5 + [ctypes.c_void_p] * 5 + [
             ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_double,
             ctypes.c_double, ctypes.c_int]
-    except (OSError, AttributeError) as exc:
-        log.warning("the engine's C optimiser %s does not load (%s); rebuild it with "
-                    "`python -m engine.native`", LIBRARY, exc)
+    except (OSError, AttributeError) as exc:  # AttributeError: a version without the ABI
+        log.warning("the engine's C optimiser %s does not load (%s); rebuilding it for "
+                    "the next start", LIBRARY, exc)
         return None
     if lib.smooth_fit_abi() != ABI:
         log.warning("the engine's C optimiser %s was built from another version of "
