@@ -93,17 +93,16 @@ def test_a_library_of_another_version_is_rebuilt_not_called(tmp_path, monkeypatc
     """A library compiled from another version of smooth_fit.c (a copied installation)
     is never called with this version's arguments: this process fits with the tensor
     program, and the library is rebuilt for the next."""
-    old_source = tmp_path / "smooth_fit.c"
-    old_source.write_text(native.SOURCE.read_text().replace(
-        "#define SMOOTH_FIT_ABI 2", "#define SMOOTH_FIT_ABI 1"))
-    library = tmp_path / "_smooth_fit.so"
-    monkeypatch.setattr(native, "SOURCE", old_source)
+    current = native.SOURCE.read_text()
+    assert f"#define SMOOTH_FIT_ABI {native.ABI}" in current
+    source, library = tmp_path / "smooth_fit.c", tmp_path / "_smooth_fit.so"
+    monkeypatch.setattr(native, "SOURCE", source)
     monkeypatch.setattr(native, "LIBRARY", library)
-    native.build()  # the old version's library
-    monkeypatch.setattr(native, "SOURCE", tmp_path / "current.c")
-    native.SOURCE.write_text((tmp_path / "smooth_fit.c").read_text().replace(
-        "#define SMOOTH_FIT_ABI 1", "#define SMOOTH_FIT_ABI 2"))
-    os.utime(native.SOURCE, (0, 0))  # older than the library: only its version tells
+    source.write_text(current.replace(f"#define SMOOTH_FIT_ABI {native.ABI}",
+                                      f"#define SMOOTH_FIT_ABI {native.ABI - 1}"))
+    native.build()  # an earlier version's library
+    source.write_text(current)
+    os.utime(source, (0, 0))  # older than the library: only its version tells
     monkeypatch.setattr(native, "_loaded", [])
     assert native.library() is None
     problems = _problems(2, 12, 8, 4, per_set_gamma=False)
