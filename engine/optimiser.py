@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from engine import native
 from engine.errors import InvalidParameterError
 from engine.problems import ObjectiveName, ProblemSet
 
@@ -330,8 +331,6 @@ def _native_applies(problems: ProblemSet, config: OptimiserConfig,
     scale, cosine, no early stop, backtracking, best point or snap) on float64 CPU
     problems of the quadratic estimator and Gaussian kernel without padded rows, and the
     library is built."""
-    from engine import native
-
     return (problems.delta.device.type == "cpu" and problems.delta.dtype == torch.float64
             and problems.estimator == "quadratic" and problems.kernel == "gaussian"
             and problems.mx is None and problems.my is None
@@ -345,8 +344,6 @@ def _minimise_native(problems: ProblemSet, lambdas: torch.Tensor, objective: Obj
                      config: OptimiserConfig, u: torch.Tensor) -> OptimiseResult:
     """:func:`minimise` by :func:`engine.native.smooth_minimise`: the same epochs, each
     problem in the core's cache; the last iterate and its objective."""
-    from engine import native
-
     k, length = u.shape[0], u.shape[1]
     d = problems.delta.shape[1]
     gamma = problems.gamma.reshape(-1, d).expand(k, d)

@@ -36,32 +36,31 @@ static double finite_or_limit(double g) {
     return g;
 }
 
-/* Row sums of k - 1 over the circulant pairs (weight 1/2 on the doubled slab of an even
- * size) and the X-Y block. */
-static void row_sums(long n, long m, const double *k, double *rxx, double *ryy,
-                     double *rxy, double *cxy) {
-    long sx = n / 2, sy = m / 2;
-    for (long i = 0; i < n; i++) rxx[i] = 0.0, rxy[i] = 0.0;
-    for (long j = 0; j < m; j++) ryy[j] = 0.0, cxy[j] = 0.0;
-    const double *p = k;
-    for (long s = 1; s <= sx; s++, p += n) {
-        double w = (n % 2 == 0 && s == sx) ? 0.5 : 1.0;
+/* The circulant pairs (i, i + s mod n), s = 1 .. n/2, of one sample (see circulant_pairs
+ * in problems.py); the doubled slab of an even n counts half. */
+static double slab_weight(long n, long s) { return (n % 2 == 0 && s == n / 2) ? 0.5 : 1.0; }
+
+/* Row sums (n) of the symmetric matrix whose circulant pairs hold values (n/2 x n). */
+static void circulant_row_sums(long n, const double *values, double *r) {
+    for (long i = 0; i < n; i++) r[i] = 0.0;
+    for (long s = 1; s <= n / 2; s++, values += n) {
+        double w = slab_weight(n, s);
         for (long i = 0; i < n; i++) {
             long j = i + s < n ? i + s : i + s - n;
-            double v = p[i] * w;
-            rxx[i] += v;
-            rxx[j] += v;
+            double v = values[i] * w;
+            r[i] += v;
+            r[j] += v;
         }
     }
-    for (long s = 1; s <= sy; s++, p += m) {
-        double w = (m % 2 == 0 && s == sy) ? 0.5 : 1.0;
-        for (long i = 0; i < m; i++) {
-            long j = i + s < m ? i + s : i + s - m;
-            double v = p[i] * w;
-            ryy[i] += v;
-            ryy[j] += v;
-        }
-    }
+}
+
+/* Row sums of k - 1 over the circulant pairs of X and of Y and over the X-Y block. */
+static void row_sums(long n, long m, const double *k, double *rxx, double *ryy,
+                     double *rxy, double *cxy) {
+    circulant_row_sums(n, k, rxx);
+    circulant_row_sums(m, k + (n / 2) * n, ryy);
+    const double *p = k + (n / 2) * n + (m / 2) * m;
+    for (long j = 0; j < m; j++) cxy[j] = 0.0;
     for (long i = 0; i < n; i++) {
         double a = 0.0;
         const double *row = p + i * m;
@@ -153,30 +152,29 @@ static double data_term(long n, long m, int ratio, const double *rxx, const doub
     return value;
 }
 
+/* The adjoint of circulant_row_sums times d expm1(e)/de = k + 1: each pair's share of
+ * its two rows' gradients g (n), from its values k - 1 (n/2 x n) into q. */
+static void circulant_gradient(long n, const double *k, const double *g, double *q) {
+    for (long s = 1; s <= n / 2; s++, q += n, k += n) {
+        double w = slab_weight(n, s);
+        for (long i = 0; i < n; i++) {
+            long j = i + s < n ? i + s : i + s - n;
+            double gi = (g[i] + g[j]) * w;
+            q[i] = gi + gi * k[i];
+        }
+    }
+}
+
 /* d(objective)/d(exponent) of each pair: the pair's share of its two row sums' gradients
  * times d expm1(e)/de = k + 1. */
 static void pair_gradient(long n, long m, const double *k, const double *g_rxx,
                           const double *g_ryy, const double *g_rxy, const double *g_cxy,
                           double *ge) {
-    long sx = n / 2, sy = m / 2;
-    double *q = ge;
-    const double *p = k;
-    for (long s = 1; s <= sx; s++, q += n, p += n) {
-        double w = (n % 2 == 0 && s == sx) ? 0.5 : 1.0;
-        for (long i = 0; i < n; i++) {
-            long j = i + s < n ? i + s : i + s - n;
-            double g = (g_rxx[i] + g_rxx[j]) * w;
-            q[i] = g + g * p[i];
-        }
-    }
-    for (long s = 1; s <= sy; s++, q += m, p += m) {
-        double w = (m % 2 == 0 && s == sy) ? 0.5 : 1.0;
-        for (long i = 0; i < m; i++) {
-            long j = i + s < m ? i + s : i + s - m;
-            double g = (g_ryy[i] + g_ryy[j]) * w;
-            q[i] = g + g * p[i];
-        }
-    }
+    long pxx = (n / 2) * n, pyy = (m / 2) * m;
+    circulant_gradient(n, k, g_rxx, ge);
+    circulant_gradient(m, k + pxx, g_ryy, ge + pxx);
+    const double *p = k + pxx + pyy;
+    double *q = ge + pxx + pyy;
     for (long i = 0; i < n; i++) {
         for (long j = 0; j < m; j++) {
             double g = g_rxy[i] + g_cxy[j];
