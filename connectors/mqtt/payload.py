@@ -183,7 +183,11 @@ def parse_value(value: object) -> float | str:
     return number
 
 
-def _parse_item(item: object, topic_sensor: str | None, received_at: float) -> Reading | str:
+def _parse_item(item: object, topic_sensor: str | None, received_at: float,
+                site: str | None = None, topic: str | None = None,
+                times: dict[str, float | str] | None = None) -> Reading | str:
+    """One item of a message as a reading of ``site`` from ``topic``, or why it is refused.
+    ``times``: the message's time texts already parsed (a gateway's array shares one)."""
     if not isinstance(item, dict):
         return NOT_AN_OBJECT
     sensor = item.get("sensor", topic_sensor)
@@ -198,12 +202,18 @@ def _parse_item(item: object, topic_sensor: str | None, received_at: float) -> R
     value = parse_value(item["value"])
     if isinstance(value, str):
         return value
-    if item.get("time") is None:
-        return Reading(sensor=sensor, time=received_at, value=value, received=True)
-    time_s = parse_time(item["time"])
+    stamp = item.get("time")
+    if stamp is None:
+        return Reading(sensor, received_at, value, site, topic, received=True)
+    if times is not None and isinstance(stamp, str):
+        time_s = times.get(stamp)
+        if time_s is None:
+            time_s = times[stamp] = parse_time(stamp)
+    else:
+        time_s = parse_time(stamp)
     if isinstance(time_s, str):
         return time_s
-    return Reading(sensor=sensor, time=time_s, value=value)
+    return Reading(sensor, time_s, value, site, topic)
 
 
 def parse_payload(
@@ -247,11 +257,11 @@ def parse_payload(
         return ParseResult(rejected=[EMPTY_ARRAY])
     readings: list[Reading] = []
     rejected: list[str] = []
+    times: dict[str, float | str] = {}
     for item in items:
-        out = _parse_item(item, topic_sensor, received_at)
+        out = _parse_item(item, topic_sensor, received_at, topic_site, topic, times)
         if isinstance(out, Reading):
-            readings.append(Reading(out.sensor, out.time, out.value, topic_site, topic,
-                                    out.received))
+            readings.append(out)
         else:
             rejected.append(out)
     return ParseResult(readings=readings, rejected=rejected)

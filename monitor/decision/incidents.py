@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
 
@@ -85,8 +85,10 @@ class Incident:
         return out
 
     def to_state(self) -> dict[str, Any]:
-        """Everything, for the state database."""
-        return asdict(self)
+        """Everything, for the state database, which writes it as JSON at once: the
+        fields themselves, not copies (``asdict`` deep-copied the frozen reference's
+        arrays at every result, about 60 ms a result with one incident open)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Incident:
