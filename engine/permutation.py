@@ -87,17 +87,23 @@ def sliced_wasserstein_pvalues(
 
 
 def mmd_permutation_stats(kmat: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Unbiased MMD^2 (T, B+1) for kernel matrices (T, N, N), labels (T, B+1, N) and
-    validity masks (T, N); the diagonal of ``kmat`` is ignored."""
+    """Unbiased MMD^2 (T, B+1) for symmetric kernel matrices (T, N, N), labels (T, B+1, N)
+    and validity masks (T, N); the diagonal of ``kmat`` is ignored.
+
+    With ``x`` a permutation's X indicator and ``v = valid``, its Y indicator is ``v - x``,
+    so the three sums need one batched product instead of two:
+    ``Sxx = x'Kx``, ``Sxy = x'Kv - Sxx``, ``Syy = v'Kv - 2 x'Kv + Sxx``."""
     k0 = kmat * (1 - torch.eye(kmat.shape[-1], dtype=kmat.dtype, device=kmat.device))
-    lx = labels * valid.unsqueeze(1)
-    ly = (1 - labels) * valid.unsqueeze(1)
-    klx = torch.bmm(lx, k0)  # (T, B+1, N)
-    kly = torch.bmm(ly, k0)
-    sxx = (klx * lx).sum(-1)
-    sxy = (klx * ly).sum(-1)
-    syy = (kly * ly).sum(-1)
-    nx, ny = lx.sum(-1), ly.sum(-1)
+    v = valid.to(kmat.dtype).unsqueeze(-1)  # (T, N, 1)
+    lx = labels * valid.unsqueeze(1)  # (T, B+1, N)
+    kv = torch.bmm(k0, v)  # (T, N, 1)
+    sxx = (torch.bmm(lx, k0) * lx).sum(-1)  # (T, B+1)
+    xkv = torch.bmm(lx, kv).squeeze(-1)  # (T, B+1)
+    vkv = (kv * v).sum(dim=(1, 2)).unsqueeze(-1)  # (T, 1)
+    sxy = xkv - sxx
+    syy = vkv - 2 * xkv + sxx
+    nx = lx.sum(-1)
+    ny = v.sum(dim=(1, 2)).unsqueeze(-1) - nx
     return sxx / (nx * (nx - 1)) + syy / (ny * (ny - 1)) - 2 * sxy / (nx * ny)
 
 

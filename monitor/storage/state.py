@@ -454,19 +454,25 @@ class AgentState:
     def pending(self, sink: str | None = None, limit: int = 100) -> list[OutboxEntry]:
         """Queued results, oldest inspection first; with ``sink``, only those it has not
         confirmed."""
+        # the small columns of every entry first, then the results of the chosen ones
+        # only: a backlog of thousands of results is not read and decoded at every poll
         with self._lock:
             rows = self._conn.execute(
-                "SELECT fingerprint, inspection_time, result, delivered FROM outbox "
+                "SELECT fingerprint, inspection_time, delivered FROM outbox "
                 "ORDER BY inspection_time, created_at").fetchall()
-        out = []
-        for fp, t, result, delivered in rows:
-            got = frozenset(json.loads(delivered))
-            if sink is not None and sink in got:
-                continue
-            out.append(OutboxEntry(fp, t, json.loads(result), got))
-            if len(out) >= limit:
-                break
-        return out
+            chosen: list[tuple[str, float, frozenset[str]]] = []
+            for fp, t, delivered in rows:
+                got = frozenset(json.loads(delivered))
+                if sink is None or sink not in got:
+                    chosen.append((fp, t, got))
+                    if len(chosen) >= limit:
+                        break
+            results = dict(self._conn.execute(
+                f"SELECT fingerprint, result FROM outbox WHERE fingerprint IN "
+                f"({', '.join('?' * len(chosen))})", [fp for fp, _, _ in chosen]).fetchall()
+            ) if chosen else {}
+        return [OutboxEntry(fp, t, json.loads(results[fp]), got) for fp, t, got in chosen
+                if fp in results]
 
     def outbox_size(self) -> int:
         with self._lock:
