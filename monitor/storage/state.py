@@ -467,12 +467,10 @@ class AgentState:
                     chosen.append((fp, t, got))
                     if len(chosen) >= limit:
                         break
-            results = dict(self._conn.execute(
-                f"SELECT fingerprint, result FROM outbox WHERE fingerprint IN "
-                f"({', '.join('?' * len(chosen))})", [fp for fp, _, _ in chosen]).fetchall()
-            ) if chosen else {}
-        return [OutboxEntry(fp, t, json.loads(results[fp]), got) for fp, t, got in chosen
-                if fp in results]
+            results = [self._conn.execute("SELECT result FROM outbox WHERE fingerprint = ?",
+                                          (fp,)).fetchone() for fp, _, _ in chosen]
+        return [OutboxEntry(fp, t, json.loads(row[0]), got)
+                for (fp, t, got), row in zip(chosen, results, strict=True) if row is not None]
 
     def outbox_size(self) -> int:
         with self._lock:
