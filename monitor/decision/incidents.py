@@ -87,7 +87,7 @@ class Incident:
     def to_state(self) -> dict[str, Any]:
         """Everything, for the state database, which writes it as JSON at once: the
         fields themselves, not copies (``asdict`` deep-copied the frozen reference's
-        arrays at every result, about 60 ms a result with one incident open)."""
+        arrays at every result while an incident was open)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod

@@ -18,8 +18,9 @@
   processes (default ``min(2, CPUs)``), forked from a ``forkserver`` that imported the
   inspection code (torch, pandas) once (:data:`WORKER_PRELOAD`): no fork of a process
   that holds client threads, and a pool or a replacement worker starts without importing
-  torch again (about 3 s of CPU each on a small server). A pool process that dies breaks the pool
-  (``BrokenProcessPool``): no retry, the caller reruns what did not come back.
+  torch again (3 s or more of CPU each on a small server). A pool process that dies
+  breaks the pool (``BrokenProcessPool``): no retry, the caller reruns what did not come
+  back.
 * ``type: dask``: :class:`DaskExecutor`, tasks on the Dask scheduler at ``address`` through
   ``Client.get_executor(pure=False, retries=...)``; without an address, a
   ``LocalCluster`` of ``workers`` single-threaded worker processes is started and closed
