@@ -184,8 +184,8 @@ def parse_value(value: object) -> float | str:
 
 
 def _parse_item(item: object, topic_sensor: str | None, received_at: float,
-                site: str | None = None, topic: str | None = None,
-                times: dict[str, float | str] | None = None) -> Reading | str:
+                site: str | None, topic: str,
+                times: dict[str, float | str]) -> Reading | str:
     """One item of a message as a reading of ``site`` from ``topic``, or why it is refused.
     ``times``: the message's time texts already parsed (a gateway's array shares one)."""
     if not isinstance(item, dict):
@@ -205,7 +205,7 @@ def _parse_item(item: object, topic_sensor: str | None, received_at: float,
     stamp = item.get("time")
     if stamp is None:
         return Reading(sensor, received_at, value, site, topic, received=True)
-    if times is not None and isinstance(stamp, str):
+    if isinstance(stamp, str):
         time_s = times.get(stamp)
         if time_s is None:
             time_s = times[stamp] = parse_time(stamp)

@@ -82,25 +82,22 @@ def _load() -> ctypes.CDLL | None:
             _build_logged()
         if LIBRARY.exists():
             lib = _open()
-            if lib is None or lib.smooth_fit_abi() != ABI:
+            if lib is None:
                 # built from another version of smooth_fit.c (a copied installation),
                 # or not loadable: rebuilt for the next process; this one cannot load a
                 # second library of the same name, so it fits with the tensor program
                 _build_logged()
-                lib = None
         _loaded.append(lib)
     return _loaded[0]
 
 
-def _build_logged() -> bool:
+def _build_logged() -> None:
     try:
         log.info("building the engine's C optimiser (once): %s", LIBRARY)
         build()
-        return True
     except (NativeBuildError, OSError) as exc:
         log.warning("the engine's C optimiser is not built (%s); the tensor program "
                     "fits on the CPU, slower", exc)
-        return False
 
 
 def _open() -> ctypes.CDLL | None:
@@ -122,6 +119,7 @@ def _open() -> ctypes.CDLL | None:
     if lib.smooth_fit_abi() != ABI:
         log.warning("the engine's C optimiser %s was built from another version of "
                     "smooth_fit.c; rebuilding it for the next start", LIBRARY)
+        return None
     return lib
 
 

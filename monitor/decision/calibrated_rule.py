@@ -136,7 +136,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     result.detection = block
     result.test.decision = CALIBRATED
     labels = [str(c) for c in w.before.columns.tolist()]
-    z = {str(s): float(v) for s, v in zip(det.z.index.tolist(), det.z.tolist(), strict=True)}
+    z = by_name(det.z)
     # what the sensor was expected to read over the after window: its raw mean less the
     # shift the statistic measured (profile, local level and common mode accounted for)
     raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
+from monitor.storage.store import robust_clock
 from tests.connectors.mqtt_helpers import Subscriber
 from tests.integration import scenario as sc
 from tests.results_file import read_results
@@ -101,9 +102,10 @@ def test_three_sites_one_broker_only_the_leaking_site_alerts(tmp_path, mosquitto
     # the dark site runs on the whole store's data clock, the lower median of every
     # sensor's newest time (monitor.storage.store.robust_clock); its error results come
     # after the others' and must be waited for too (CI once read them too early)
-    newest = sorted(t for f in sites.values() for t in f.groupby("sensor_id")["time"].max())
-    store_clock = pd.Timestamp(newest[(len(newest) - 1) // 2]).tz_localize("UTC")
-    final[DARK] = (store_clock - AFTER).floor("6h")
+    store_clock = robust_clock(pd.Timestamp(t).timestamp() for f in sites.values()
+                               for t in f.groupby("sensor_id")["time"].max())
+    assert store_clock is not None
+    final[DARK] = (pd.Timestamp(store_clock, unit="s", tz="UTC") - AFTER).floor("6h")
     try:
         assert agent.wait_for_log("MQTT source connected", timeout=60), agent.log_text()[-3000:]
         sc.publish_all("127.0.0.1", broker.port, _messages(sites))
