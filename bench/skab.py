@@ -13,8 +13,11 @@ into the repository).
 
 Scoring (SKAB's README: from each file's 400th row on): a **detection** is a result that
 turns ``firing`` (a firing result after a non-firing one), at the time the result exists
-(inspection time + after window). A change point is **missed** with no detection within
-60 s after it; a **false positive** is a detection outside every change point's 60 s.
+(inspection time + after window). A change point is **missed** with no detection in
+``[cp, cp + 60 s]``; a **false positive** is a detection outside every change point's
+window. Both ends are in the window, as in SKAB's own scoring (``core/metrics.py``,
+``extract_cp_confusion_matrix``: ``start <= t <= end``), so a detection at exactly 60 s
+is on time.
 ``delay_s``: change point to its first detection. The table sets the published rows of the
 leaderboard beside ours (README of skab-dev). Writes ``bench/results/skab.{csv,md}``.
 """
@@ -76,6 +79,12 @@ def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path
     return {"file": path.stem, "wall_s": round(wall, 1), **score(results, truth)}
 
 
+def in_window(detection: pd.Timestamp, change_point: pd.Timestamp) -> bool:
+    """Whether a detection scores for a change point: ``cp <= detection <= cp + 60 s``,
+    both ends included as in SKAB's ``extract_cp_confusion_matrix``."""
+    return bool(change_point <= detection <= change_point + WINDOW)
+
+
 def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
     """Missed change points, false positives and delays, the leaderboard's way."""
     times = pd.to_datetime(truth["datetime"])
@@ -93,10 +102,10 @@ def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
             was_firing = firing
     delays = []
     for c in points:
-        hits = [d for d in detections if c <= d < c + WINDOW]
+        hits = [d for d in detections if in_window(d, c)]
         if hits:
             delays.append((min(hits) - c).total_seconds())
-    false = [d for d in detections if not any(c <= d < c + WINDOW for c in points)]
+    false = [d for d in detections if not any(in_window(d, c) for c in points)]
     statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
     return {"change_points": len(points), "missed": len(points) - len(delays),
             "false_positives": len(false), "median_delay_s": (
@@ -146,8 +155,9 @@ def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: s
                f"{' '.join(options)}`")
     scoring = (f"Scored from each file's {SCORED_FROM_ROW}th row: a detection is a result "
                "that turns `firing`, at the result's time (inspection time + after window); "
-               "a change point is missed with no detection within 60 s after it; a false "
-               "positive is a detection outside those 60 s.")
+               "a change point is missed with no detection in [cp, cp + 60 s] (both ends "
+               "included, as in SKAB's scoring); a false positive is a detection outside "
+               "those windows.")
     lines = ["# SKAB, as published, with four options (`python -m bench.skab`)", "",
              (f"Machine: {load}. Files: {', '.join(table['file'])} (`{args.data}`). Each "
               f"file: {command}, the label columns dropped first. {scoring}"), "",
