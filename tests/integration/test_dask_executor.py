@@ -218,9 +218,12 @@ def test_worker_killed_mid_backfill_every_inspection_exactly_once(
 
 def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> None:
     """A ``LocalCluster`` of 2: the worker process holding tasks is SIGKILLed; its nanny
-    starts a new worker process that joins, and every inspection comes back once."""
+    starts a new worker process that joins, and every inspection comes back once. The
+    workers, the new one too, are forked from the forkserver that holds the inspection
+    code: torch is imported in them before they have run anything."""
     import os
     import signal
+    import sys
 
     from monitor.fleet.backfill import run_backfill
     from monitor.fleet.executors import DaskExecutor
@@ -231,12 +234,16 @@ def test_local_cluster_worker_killed_its_nanny_restarts_it(engine_rule: Any) -> 
     results: list[dict[str, Any]] = []
     try:
         executor.wait_for_workers(2, timeout=60)
+        assert all(executor.client.run(lambda: "torch" in sys.modules).values())
         pids = executor.client.run(os.getpid)  # worker address -> its process id
         run_backfill([site()], executor, _kill_on_first_result(
             executor, lambda addr: os.kill(pids[addr], signal.SIGKILL), killed, results))
         executor.wait_for_workers(2, timeout=60)  # the nanny's new worker joined
-        assert set(executor.client.run(os.getpid).values()).isdisjoint(
-            {pids[a] for a in killed})
+        after = executor.client.run(os.getpid)
+        assert set(after.values()).isdisjoint({pids[a] for a in killed})
+        new = [a for a in after if a not in pids]
+        assert new and all(executor.client.run(lambda: "torch" in sys.modules,
+                                               workers=new).values())
     finally:
         executor.close()
     _check_once(results, reference, killed)
