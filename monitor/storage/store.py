@@ -21,6 +21,7 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -367,11 +368,43 @@ class ReadingStore(WindowSource):
                 "AND time < ? ORDER BY time", (sid, start, end)))
         return out
 
+    def window_frame(self, start: float, end: float, sensors: Sequence[str] | None = None,
+                     *, strip: int = 0) -> pd.DataFrame:
+        """The long frame of :meth:`fetch`'s rows (``time`` UTC, ``sensor``, ``value``), built
+        from one array per sensor instead of a Python tuple per reading (a 4-day window
+        of 24 sensors at 5 min is 28,000 rows, read at every inspection). ``strip``:
+        characters cut from the front of each sensor name (a site's key prefix)."""
+        import numpy as np
+        import pandas as pd
+
+        conn = self._reader()
+        names = {id_: name for id_, name in conn.execute("SELECT id, name FROM sensors")}
+        chosen = None if sensors is None else set(sensors)
+        labels: list[str] = []
+        counts: list[int] = []
+        rows: list[tuple[float, float]] = []
+        for sid, name in names.items():
+            if chosen is not None and name not in chosen:
+                continue
+            found = conn.execute(
+                "SELECT time, value FROM readings WHERE sensor_id = ? AND time >= ? "
+                "AND time < ? ORDER BY time", (sid, start, end)).fetchall()
+            if found:
+                labels.append(name[strip:])
+                counts.append(len(found))
+                rows += found
+        # (n, 2) from the flat sequence: a third of np.asarray(rows)'s time
+        both = np.fromiter(chain.from_iterable(rows), np.float64,
+                           count=2 * len(rows)).reshape(-1, 2)
+        sensor = pd.array(labels, dtype="str").take(np.repeat(np.arange(len(labels)), counts))
+        return pd.DataFrame({"time": pd.to_datetime(both[:, 0], unit="s", utc=True),
+                             "sensor": sensor, "value": both[:, 1]})
+
     def read_window(self, start: datetime | pd.Timestamp, end: datetime | pd.Timestamp, *,
                     resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
         """Long frame ``time`` (UTC), ``sensor``, ``value`` for ``[start, end)``: the raw
         readings (``resample``/``aggregate`` are left to the monitor's own resampling)."""
-        return _frame(self.fetch(start.timestamp(), end.timestamp()))
+        return self.window_frame(start.timestamp(), end.timestamp())
 
     def for_site(self, site: str, *, owner: bool = False) -> SiteReadings:
         """The readings of one site of a multi-site agent (keys ``site\x1fsensor``), as a
@@ -427,9 +460,8 @@ class SiteReadings(WindowSource):
                     resample: str | None = None, aggregate: str = "mean") -> pd.DataFrame:
         prefix = self.site + SITE_SEP
         keys = [name for name in self.store.sensors() if name.startswith(prefix)]
-        rows = self.store.fetch(start.timestamp(), end.timestamp(), keys) if keys else []
-        cut = len(prefix)
-        return _frame([(name[cut:], t, v) for name, t, v in rows])
+        return self.store.window_frame(start.timestamp(), end.timestamp(), keys,
+                                       strip=len(prefix))
 
     def watermark(self) -> pd.Timestamp | None:
         return _timestamp(self.store.site_watermark(self.site))
@@ -450,16 +482,6 @@ def site_of(key: str) -> str | None:
 
 def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _frame(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
-    """``(sensor, epoch s, value)`` rows -> the long frame ``time`` (UTC), ``sensor``,
-    ``value`` of a window query."""
-    import pandas as pd
-
-    frame = pd.DataFrame(rows, columns=["sensor", "time", "value"])
-    frame["time"] = pd.to_datetime(frame["time"], unit="s", utc=True)
-    return frame[["time", "sensor", "value"]]
 
 
 def _timestamp(epoch_s: float | None) -> pd.Timestamp | None:
