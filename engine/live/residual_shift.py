@@ -167,7 +167,7 @@ class CommonMode:
 
     @classmethod
     def fit(cls, rb: np.ndarray, modes: int) -> CommonMode:
-        cb = np.median(rb, axis=1, keepdims=True)
+        cb = row_median(rb)
         denom = float((cb ** 2).sum())
         beta = (rb * cb).sum(axis=0) / denom if denom > 0 else np.zeros(rb.shape[1])
         rb = rb - cb * beta
@@ -181,11 +181,27 @@ class CommonMode:
         """``r`` (n, D) with the common mode removed. ``robust``: each row's loadings on
         the principal directions fitted with Huber weights (:func:`robust_loadings`), so
         that a change on a few sensors is not spread onto the others by the projection."""
-        r = r - np.median(r, axis=1, keepdims=True) * self.beta
+        r = r - row_median(r) * self.beta
         p = self.directions
         if not p.shape[1]:
             return r
         return r - (robust_loadings(r, p) if robust else r @ p) @ p.T
+
+
+def row_median(a: np.ndarray) -> np.ndarray:
+    """The median along the last axis, keepdims: ``np.median(a, axis=-1, keepdims=True)``
+    to the bit (the middle value, or the mean of the two middle values), from one
+    partition. ``np.median``'s own checks cost about 0.15 ms on a (150, 8) array, most
+    of a frozen reference's check, which takes six of them per inspection. Arrays with a
+    NaN go to ``np.median``."""
+    d = a.shape[-1]
+    if d == 0 or np.isnan(a).any():
+        return np.median(a, axis=-1, keepdims=True)
+    k = d // 2
+    if d % 2:
+        return np.partition(a, k, axis=-1)[..., k:k + 1]
+    part = np.partition(a, (k - 1, k), axis=-1)
+    return (part[..., k - 1:k] + part[..., k:k + 1]) / 2  # np.mean of two values, as is
 
 
 def robust_loadings(r: np.ndarray, p: np.ndarray, iterations: int = 6,
@@ -201,12 +217,15 @@ def robust_loadings(r: np.ndarray, p: np.ndarray, iterations: int = 6,
     coef = r @ p  # (n, k), the least-squares start
     for _ in range(iterations):
         resid = r - coef @ p.T
-        scale = 1.4826 * np.median(np.abs(resid), axis=1, keepdims=True)
+        scale = 1.4826 * row_median(np.abs(resid))
         scale = np.maximum(scale, 1e-12)
         w = np.minimum(1.0, tuning * scale / np.maximum(np.abs(resid), 1e-300))  # (n, D)
         gram = np.einsum("nd,dk,dj->nkj", w, p, p)
         rhs = np.einsum("nd,dk->nk", w * r, p)
-        coef = np.linalg.solve(gram + 1e-12 * np.eye(p.shape[1]), rhs[..., None])[..., 0]
+        if p.shape[1] == 1:  # one direction (the default): the 1 x 1 solve as a division
+            coef = rhs / (gram[:, :, 0] + 1e-12)
+        else:
+            coef = np.linalg.solve(gram + 1e-12 * np.eye(p.shape[1]), rhs[..., None])[..., 0]
     return coef
 
 
@@ -331,14 +350,14 @@ def _remove_common_modes(rb: np.ndarray, ra: np.ndarray, modes: int
     out of each column, then project out the first ``modes`` principal directions of
     the before residuals. ``rb`` (T, n_b, D), ``ra`` (T, n_a, D), each window's
     loadings and directions learned on its own before rows."""
-    cb = np.median(rb, axis=2, keepdims=True)  # (T, n_b, 1)
+    cb = row_median(rb)  # (T, n_b, 1)
     denom = (cb ** 2).sum(axis=(1, 2))  # (T,)
     safe = np.where(denom > 0, denom, 1.0)
     beta = np.where((denom > 0)[:, None], (rb * cb).sum(axis=1) / safe[:, None], 0.0)
     beta = beta[:, None, :]  # (T, 1, D)
 
     def median_out(r: np.ndarray) -> np.ndarray:
-        return r - np.median(r, axis=2, keepdims=True) * beta
+        return r - row_median(r) * beta
 
     rb_m, ra_m = rb - cb * beta, median_out(ra)
     if not (modes > 0 and rb.shape[2] > modes + 1):

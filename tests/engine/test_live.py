@@ -221,6 +221,44 @@ def test_robust_loadings_keep_one_sensors_step_off_the_others() -> None:
     assert np.abs(robust_loadings(clean, direction) - ls).max() < 0.05 * np.abs(ls).max()
 
 
+@pytest.mark.parametrize("shape", [(150, 8), (150, 7), (3, 40, 33), (5, 1), (4, 2)])
+def test_row_median_is_numpys_median_to_the_bit(shape: tuple[int, ...]) -> None:
+    from engine.live.residual_shift import row_median
+
+    rng = np.random.default_rng(sum(shape))
+    for scale in (1e-8, 1.0, 1e8):
+        a = rng.normal(size=shape) * scale
+        for x in (a, np.round(a / scale, 1) * scale):  # ties too
+            assert np.array_equal(row_median(x), np.median(x, axis=-1, keepdims=True))
+    a[..., 0] = np.nan  # NaN rows: numpy's own median
+    assert np.array_equal(row_median(a), np.median(a, axis=-1, keepdims=True), equal_nan=True)
+
+
+def test_robust_loadings_on_one_direction_equal_the_general_solve() -> None:
+    """The one-direction case divides instead of solving n 1 x 1 systems: the loadings
+    of the general iteration (np.linalg.solve), to float64 rounding."""
+    from engine.live.residual_shift import robust_loadings, row_median
+
+    def by_solve(r: np.ndarray, p: np.ndarray) -> np.ndarray:
+        coef = r @ p
+        for _ in range(6):
+            resid = r - coef @ p.T
+            scale = np.maximum(1.4826 * row_median(np.abs(resid)), 1e-12)
+            w = np.minimum(1.0, 1.345 * scale / np.maximum(np.abs(resid), 1e-300))
+            gram = np.einsum("nd,dk,dj->nkj", w, p, p)
+            rhs = np.einsum("nd,dk->nk", w * r, p)
+            coef = np.linalg.solve(gram + 1e-12 * np.eye(1), rhs[..., None])[..., 0]
+        return coef
+
+    rng = np.random.default_rng(5)
+    d, n = 12, 60
+    p = rng.normal(size=(d, 1))
+    p /= np.linalg.norm(p)
+    r = rng.normal(size=(n, 1)) @ p.T * 4 + rng.normal(0, 0.3, size=(n, d))
+    r[:, 3] += 25.0
+    np.testing.assert_allclose(robust_loadings(r, p), by_solve(r, p), rtol=1e-14, atol=0)
+
+
 @pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
 @pytest.mark.parametrize("tz", ["UTC", None, "Europe/Berlin"])
 def test_profile_slots_are_the_calendar_hour_and_weekend(unit, tz):
