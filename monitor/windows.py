@@ -299,36 +299,50 @@ class BinnedSpan:
     sliced (a backfill or a history: one pass over the readings, not a resample per
     window).
 
-    ``bins`` (n_bins, sensors): the aggregates of ``resample``-wide bins counted from
-    ``origin``; a window whose start lies on that grid is the slice of its bins, holding
-    the sensors with a reading in it (what :func:`resample_window` gives, value for value:
-    the same readings fall in the same bin, in the same order). :meth:`windows` falls back
-    to :func:`build_windows` over the readings for a time off the grid.
+    A grid is the aggregates of ``resample``-wide bins counted from ``origin`` plus an
+    offset below one bin, (n_bins, sensors); a window whose start lies on a grid is the
+    slice of its bins, holding the sensors with a reading in it (what
+    :func:`resample_window` gives, value for value: the same readings fall in the same
+    bin, in the same order). The grid of each offset the windows start at is binned when
+    first needed: one at an hourly cadence, two for 5-second inspections in 2-second
+    bins (windows start on even and on odd seconds). :meth:`windows` falls back to
+    :func:`build_windows` over the readings for a window outside the span.
     """
 
     def __init__(self, readings: pd.DataFrame, origin: pd.Timestamp, end: pd.Timestamp,
                  spec: WindowSpec) -> None:
-        self.readings = readings = _utc_readings(readings)
+        self.readings = _utc_readings(readings)
         self.origin = to_utc(origin)
+        self.end = to_utc(end)
         self.spec = spec
         self.step = pd.Timedelta(spec.resample)
-        self.bins = resample_window(readings, self.origin, to_utc(end), self.step,
-                                    spec.aggregate)
-        self._values = self.bins.to_numpy(dtype=float)
-        self._seen = np.isfinite(self._values)
+        #: offset from ``origin`` -> (bins, their values, whether each holds a reading)
+        self._grids: dict[pd.Timedelta, tuple[pd.DataFrame, np.ndarray, np.ndarray]] = {}
+
+    def _grid(self, rest: pd.Timedelta) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        if rest not in self._grids:
+            bins = resample_window(self.readings, self.origin + rest, self.end, self.step,
+                                   self.spec.aggregate)
+            values = bins.to_numpy(dtype=float)
+            self._grids[rest] = (bins, values, np.isfinite(values))
+        return self._grids[rest]
 
     def _slice(self, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame | None:
         """The bins of ``[start, end)`` as :func:`resample_window` returns them; None when
-        the window is off the grid or outside the span."""
+        the window lies outside the span."""
         offset, rest = divmod(start - self.origin, self.step)
         n_bins = int((end - start) / self.step)
-        if rest or offset < 0 or offset + n_bins > len(self.bins):
+        if offset < 0 or start + n_bins * self.step > self.end:
             return None
+        bins, values, seen = self._grid(rest)
         rows = slice(int(offset), int(offset) + n_bins)
-        keep = self._seen[rows].any(axis=0)
+        keep = seen[rows].any(axis=0)
         index = pd.date_range(start, periods=n_bins, freq=self.step, name="time")
-        return pd.DataFrame(self._values[rows][:, keep], index=index,
-                            columns=self.bins.columns[keep])
+        # row-major, as resample_window's frames are: a column mean over the rows
+        # (normalise) then adds in the same order as for build_windows' frames, to the
+        # bit (NumPy's column selection and pandas' own copy are column-major)
+        part = np.ascontiguousarray(values[rows][:, keep])
+        return pd.DataFrame(part, index=index, columns=bins.columns[keep], copy=False)
 
     def windows(self, t: datetime) -> Windows:
         """The windows at ``t`` (:func:`build_windows`' result and errors)."""

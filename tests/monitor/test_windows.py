@@ -211,7 +211,9 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
     spec = replace(SPEC, aggregate=aggregate, normalise="before", min_coverage=0.7)
     first, last = start, start + pd.Timedelta(hours=40)
     span = BinnedSpan(frame, first, last, spec)
-    times = [T + pd.Timedelta(hours=h) for h in range(34)] + [T + pd.Timedelta(minutes=90)]
+    # on the span's grid, and off it at two offsets (each binned once, as its own grid)
+    times = ([T + pd.Timedelta(hours=h) for h in range(34)] + [T + pd.Timedelta(minutes=90)]
+             + [T + pd.Timedelta(minutes=20 + 60 * h) for h in range(0, 30, 3)])
     compared = 0
     for t in times:
         inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < spec.read_end(t))]
@@ -227,7 +229,36 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
                                           check_exact=True, check_freq=False)
         assert got.data_quality == want.data_quality
         compared += 1
-    assert compared >= 20
+    assert compared >= 28
+    assert len(span._grids) == 3  # one per offset, however many windows start there
+
+
+def test_binned_span_at_one_second_equals_build_windows_to_the_bit():
+    """Five-second inspections in 2-second bins: the windows start on even and on odd
+    seconds (two grids), and 150-row windows are long enough for a column mean's order
+    of additions to show: every frame, normalised ones included, equals build_windows'
+    value for value."""
+    from monitor.windows import BinnedSpan
+
+    rng = np.random.default_rng(11)
+    start = pd.Timestamp("2026-03-02T10:00:00Z")
+    seconds = np.arange(20 * 60)
+    seconds = seconds[rng.random(seconds.size) > 0.05]  # about 5 % of seconds skipped
+    frame = pd.DataFrame({
+        "time": np.repeat(start + pd.to_timedelta(seconds, unit="s"), 4),
+        "sensor": np.tile([f"s{i}" for i in range(4)], seconds.size),
+        "value": rng.normal(50.0, 3.0, 4 * seconds.size)})
+    spec = WindowSpec(before=timedelta(minutes=5), after=timedelta(seconds=30),
+                      resample=timedelta(seconds=2), normalise="before")
+    times = [start + pd.Timedelta(minutes=5, seconds=3 + 5 * k) for k in range(150)]
+    span = BinnedSpan(frame, spec.bounds(times[0])[0], spec.read_end(times[-1]), spec)
+    for t in times:
+        inside = frame[(frame["time"] >= t - spec.before) & (frame["time"] < spec.read_end(t))]
+        want, got = build_windows(inside, t, spec), span.windows(t)
+        for name in ("before_raw", "after_raw", "before", "after"):
+            assert np.array_equal(getattr(got, name).to_numpy(),
+                                  getattr(want, name).to_numpy()), (t, name)
+    assert len(span._grids) == 2
 
 
 def test_empty_last_bins_are_a_hole_when_the_data_goes_on():
