@@ -320,6 +320,8 @@ class BinnedSpan:
         self._grids: dict[pd.Timedelta, tuple[pd.DataFrame, np.ndarray, np.ndarray]] = {}
 
     def _grid(self, rest: pd.Timedelta) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        """The grid ``rest`` past ``origin``: its bins, values and which hold a reading
+        (binned at the first window that starts on it)."""
         if rest not in self._grids:
             bins = resample_window(self.readings, self.origin + rest, self.end, self.step,
                                    self.spec.aggregate)

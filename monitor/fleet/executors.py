@@ -25,8 +25,8 @@
   ``Client.get_executor(pure=False, retries=...)``; without an address, a
   ``LocalCluster`` of ``workers`` single-threaded worker processes is started and closed
   with the executor; its nannies fork the workers from the same forkserver
-  (:func:`use_forkserver_for_dask_workers`). Worker loss is Dask's business: the scheduler reruns the task of a
-  worker that died (up to the scheduler's ``distributed.scheduler.allowed-failures``, 3
+  (:func:`use_forkserver_for_dask_workers`). Worker loss is Dask's business: the
+  scheduler reruns the task of a worker that died (up to the scheduler's ``distributed.scheduler.allowed-failures``, 3
   by default; then the future raises ``KilledWorker``) and ``retries`` more times a task
   that raised, so a submitted task yields one result or one error, never two results. The scheduler's dashboard URL
   (``Client.dashboard_link``) is logged at INFO when the client connects (the dashboard
@@ -94,7 +94,7 @@ def use_forkserver_for_dask_workers() -> None:
     """Let a ``LocalCluster``'s nannies fork their workers from the forkserver of
     :class:`LocalExecutor` (:data:`WORKER_PRELOAD` and ``distributed`` imported once)
     instead of spawning interpreters that import torch each: a worker, and a worker that
-    replaces a dead one, starts in about a second instead of several. Only where the
+    replaces a dead one, starts without importing torch again. Only where the
     start method is still Dask's default ``spawn``: a method set in the Dask config
     stays. Dask's own forkserver preload (:func:`distributed.utils.get_mp_context`) is
     set first so that it does not replace this one."""

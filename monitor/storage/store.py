@@ -18,7 +18,7 @@ import math
 import sqlite3
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
@@ -356,17 +356,21 @@ class ReadingStore(WindowSource):
     def fetch(self, start: float, end: float, sensors: Sequence[str] | None = None
               ) -> list[tuple[str, float, float]]:
         """``(sensor, time, value)`` rows with ``start <= time < end``."""
+        return [(name, t, v) for name, found in self._sensor_rows(start, end, sensors)
+                for t, v in found]
+
+    def _sensor_rows(self, start: float, end: float, sensors: Sequence[str] | None
+                     ) -> Iterator[tuple[str, list[tuple[float, float]]]]:
+        """Each stored sensor (of ``sensors``, all when None) in id order with its
+        ``(time, value)`` rows in ``[start, end)``, in time order."""
         conn = self._reader()
         names = {id_: name for id_, name in conn.execute("SELECT id, name FROM sensors")}
         chosen = None if sensors is None else set(sensors)
-        wanted = [i for i, n in names.items() if chosen is None or n in chosen]
-        out: list[tuple[str, float, float]] = []
-        for sid in wanted:  # per-sensor range scans on the (sensor, time) key
-            name = names[sid]
-            out.extend((name, t, v) for t, v in conn.execute(
-                "SELECT time, value FROM readings WHERE sensor_id = ? AND time >= ? "
-                "AND time < ? ORDER BY time", (sid, start, end)))
-        return out
+        for sid, name in names.items():
+            if chosen is None or name in chosen:  # a range scan on the (sensor, time) key
+                yield name, conn.execute(
+                    "SELECT time, value FROM readings WHERE sensor_id = ? AND time >= ? "
+                    "AND time < ? ORDER BY time", (sid, start, end)).fetchall()
 
     def window_frame(self, start: float, end: float, sensors: Sequence[str] | None = None,
                      *, strip: int = 0) -> pd.DataFrame:
@@ -377,18 +381,10 @@ class ReadingStore(WindowSource):
         import numpy as np
         import pandas as pd
 
-        conn = self._reader()
-        names = {id_: name for id_, name in conn.execute("SELECT id, name FROM sensors")}
-        chosen = None if sensors is None else set(sensors)
         labels: list[str] = []
         counts: list[int] = []
         rows: list[tuple[float, float]] = []
-        for sid, name in names.items():
-            if chosen is not None and name not in chosen:
-                continue
-            found = conn.execute(
-                "SELECT time, value FROM readings WHERE sensor_id = ? AND time >= ? "
-                "AND time < ? ORDER BY time", (sid, start, end)).fetchall()
+        for name, found in self._sensor_rows(start, end, sensors):
             if found:
                 labels.append(name[strip:])
                 counts.append(len(found))
