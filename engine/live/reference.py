@@ -164,7 +164,11 @@ class Reference:
         missing = [c for c in self.columns if c not in window.columns]
         if missing:
             raise DetectionError(f"the window lacks sensors of the reference: {missing[:5]}")
-        x = window[self.columns].to_numpy(dtype=float)
+        # the columns by position in NumPy: pandas' selection by a list of names cost
+        # more than the residuals themselves (a reference check at every inspection)
+        x = window.to_numpy(dtype=float)
+        if window.columns.tolist() != self.columns:
+            x = x[:, window.columns.get_indexer(self.columns)]
         r = (x - self.table[_slots(window.index, self.weekly)]) / self.scale
         # robust: another change elsewhere must not move this incident's sensors
         return self.common.apply(r, robust=True)
