@@ -168,6 +168,10 @@ def test_reference_needs_enough_rows_and_its_sensors() -> None:
     ref = Reference.fit(x.iloc[:168], after_rows=16, settings=DetectorSettings())
     with pytest.raises(DetectionError, match="lacks sensors"):
         ref.compare(x.iloc[170:186].drop(columns=["s3"]))
+    # the reference's sensors by name: another order and an extra sensor change nothing
+    window = x.iloc[170:186]
+    shuffled = window[window.columns[::-1]].assign(extra=1.0)
+    assert np.array_equal(ref.residuals(shuffled), ref.residuals(window))
 
 
 @pytest.mark.parametrize("dependence", ["independent", "identical", "opposite"])
