@@ -26,9 +26,10 @@
   ``LocalCluster`` of ``workers`` single-threaded worker processes is started and closed
   with the executor; its nannies fork the workers from the same forkserver
   (:func:`use_forkserver_for_dask_workers`). Worker loss is Dask's business: the
-  scheduler reruns the task of a worker that died (up to the scheduler's ``distributed.scheduler.allowed-failures``, 3
-  by default; then the future raises ``KilledWorker``) and ``retries`` more times a task
-  that raised, so a submitted task yields one result or one error, never two results. The scheduler's dashboard URL
+  scheduler reruns the task of a worker that died (up to the scheduler's
+  ``distributed.scheduler.allowed-failures``, 3 by default; then the future raises
+  ``KilledWorker``) and ``retries`` more times a task that raised, so a submitted task
+  yields one result or one error, never two results. The scheduler's dashboard URL
   (``Client.dashboard_link``) is logged at INFO when the client connects (the dashboard
   itself needs ``bokeh`` installed where the scheduler runs).
 
