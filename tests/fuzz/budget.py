@@ -1,9 +1,10 @@
 """How many generated inputs the fuzz suite feeds, and a tally of how many it did.
 
-Each property draws a small *batch* of inputs per Hypothesis example (cheap: one example
-costs more to generate than to check), so the suite reaches its input budget in seconds.
+Each property draws a small *batch* of inputs per Hypothesis example, and the MQTT
+properties feed each drawn message with damaged copies (tests/fuzz/mutations.py): an input
+costs far more to generate than to check.
 ``MMDWATCH_FUZZ_SCALE`` multiplies every budget (``=10`` for a deeper run before a
-release); the default totals a little over 100,000 inputs in well under a minute.
+release); the default totals about 125,000 inputs in about a minute and a half.
 The CI profile is derandomised so CI never flakes on a newly found input; run with
 ``MMDWATCH_FUZZ_SEED=random`` to explore.
 """

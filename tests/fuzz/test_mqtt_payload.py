@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
+from random import Random
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from connectors.mqtt.payload import (
     parse_payload,
 )
 from tests.fuzz.budget import count, fuzz_settings
+from tests.fuzz.mutations import MUTANTS, mutants
 
 MAX_EPOCH = datetime(2200, 1, 1, tzinfo=UTC).timestamp()
 PATTERNS = [None, "sensors/+/{sensor}", "{sensor}", "a/{sensor}/#", "site/{sensor}/value"]
@@ -48,34 +50,40 @@ def check_invariants(result: ParseResult) -> None:
         assert isinstance(r.time, float) and 0.0 <= r.time < MAX_EPOCH
 
 
-@fuzz_settings(4000)
+@fuzz_settings(1000)
 @given(st.lists(st.tuples(st.binary(max_size=96), topics, st.sampled_from(PATTERNS)),
-                min_size=1, max_size=10))
-def test_arbitrary_bytes_never_raise(messages: list) -> None:
+                min_size=1, max_size=10), st.randoms(use_true_random=False))
+def test_arbitrary_bytes_never_raise(messages: list, rng: Random) -> None:
     for payload, topic, pattern in messages:
-        check_invariants(parse_payload(payload, topic, RECEIVED, pattern))
-    count("mqtt payload", len(messages))
+        for variant in (payload, *mutants(payload, rng)):
+            check_invariants(parse_payload(variant, topic, RECEIVED, pattern))
+    count("mqtt payload", len(messages) * (1 + MUTANTS))
 
 
-@fuzz_settings(4000)
+@fuzz_settings(1000)
 @given(st.lists(st.tuples(st.text(max_size=64), topics, st.sampled_from(PATTERNS)),
-                min_size=1, max_size=10))
-def test_arbitrary_text_never_raises(messages: list) -> None:
+                min_size=1, max_size=10), st.randoms(use_true_random=False))
+def test_arbitrary_text_never_raises(messages: list, rng: Random) -> None:
     for payload, topic, pattern in messages:
-        check_invariants(parse_payload(payload, topic, RECEIVED, pattern))
-    count("mqtt payload", len(messages))
+        for variant in (payload, *mutants(payload, rng)):
+            check_invariants(parse_payload(variant, topic, RECEIVED, pattern))
+    count("mqtt payload", len(messages) * (1 + MUTANTS))
 
 
-@fuzz_settings(3000)
-@given(st.lists(st.tuples(json_docs, topics, st.sampled_from(PATTERNS)), min_size=1, max_size=6))
-def test_arbitrary_json_every_item_accounted_for(messages: list) -> None:
+@fuzz_settings(1000)
+@given(st.lists(st.tuples(json_docs, topics, st.sampled_from(PATTERNS)), min_size=1, max_size=6),
+       st.randoms(use_true_random=False))
+def test_arbitrary_json_every_item_accounted_for(messages: list, rng: Random) -> None:
     for doc, topic, pattern in messages:
-        result = parse_payload(json.dumps(doc), topic, RECEIVED, pattern)
+        text = json.dumps(doc)
+        result = parse_payload(text, topic, RECEIVED, pattern)
         check_invariants(result)
         if isinstance(doc, list) and doc:
             # each array item is judged on its own: none lost, none invented
             assert len(result.readings) + len(result.rejected) == len(doc)
-    count("mqtt payload", len(messages))
+        for variant in mutants(text, rng):  # the same document damaged in transit
+            check_invariants(parse_payload(variant, topic, RECEIVED, pattern))
+    count("mqtt payload", len(messages) * (1 + MUTANTS))
 
 
 # Readings with every field drawn from good and bad values, checked against what the
@@ -100,12 +108,13 @@ def _iso(dt: datetime, style: int) -> object:
     return dt.replace(tzinfo=UTC).timestamp()  # epoch seconds
 
 
-@fuzz_settings(2500)
+@fuzz_settings(1500)
 @given(st.lists(st.tuples(good_sensors, finite_values, times_in_range, st.integers(0, 2)),
-                min_size=1, max_size=8))
-def test_well_formed_readings_are_accepted_exactly(batch: list) -> None:
+                min_size=1, max_size=8), st.randoms(use_true_random=False))
+def test_well_formed_readings_are_accepted_exactly(batch: list, rng: Random) -> None:
     items = [{"sensor": s, "value": v, "time": _iso(t, k)} for s, v, t, k in batch]
-    result = parse_payload(json.dumps(items).encode(), "any/topic", RECEIVED)
+    body = json.dumps(items).encode()
+    result = parse_payload(body, "any/topic", RECEIVED)
     assert result.rejected == []
     assert len(result.readings) == len(items)
     for reading, (sensor, value, t, _) in zip(result.readings, batch, strict=True):
@@ -113,37 +122,44 @@ def test_well_formed_readings_are_accepted_exactly(batch: list) -> None:
         assert reading.sensor == sensor
         assert reading.value == float(value)
         assert math.isclose(reading.time, expected, abs_tol=1e-3)
-    count("mqtt payload", len(items))
+    for variant in mutants(body, rng):  # a good message damaged in transit
+        check_invariants(parse_payload(variant, "any/topic", RECEIVED))
+    count("mqtt payload", len(items) + MUTANTS)
 
 
-@fuzz_settings(2500)
+@fuzz_settings(1500)
 @given(st.lists(st.one_of(
     st.tuples(st.just("value"), good_sensors, non_finite, times_in_range),
     st.tuples(st.just("time"), good_sensors, finite_values, times_out_of_range),
     st.tuples(st.just("sensor"), bad_sensors, finite_values, times_in_range),
-), min_size=1, max_size=8))
-def test_bad_fields_rejected_with_their_reason(batch: list) -> None:
+), min_size=1, max_size=8), st.randoms(use_true_random=False))
+def test_bad_fields_rejected_with_their_reason(batch: list, rng: Random) -> None:
     expected_reason = {"value": NON_FINITE_VALUE, "time": TIME_OUT_OF_RANGE, "sensor": BAD_SENSOR}
     items = [{"sensor": s, "value": v, "time": _iso(t, 1)} for _, s, v, t in batch]
     # json.dumps writes NaN/Infinity tokens, which the parser must also survive
-    result = parse_payload(json.dumps(items), "t", RECEIVED)
+    body = json.dumps(items)
+    result = parse_payload(body, "t", RECEIVED)
     assert result.readings == []
     assert result.rejected == [expected_reason[kind] for kind, *_ in batch]
-    count("mqtt payload", len(items))
+    for variant in mutants(body, rng):
+        check_invariants(parse_payload(variant, "t", RECEIVED))
+    count("mqtt payload", len(items) + MUTANTS)
 
 
-@fuzz_settings(1500)
+@fuzz_settings(700)
 @given(st.lists(st.tuples(st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True),
                           st.floats(allow_nan=False, allow_infinity=False)),
-                min_size=1, max_size=10))
-def test_bare_numbers_take_sensor_from_topic(batch: list) -> None:
+                min_size=1, max_size=10), st.randoms(use_true_random=False))
+def test_bare_numbers_take_sensor_from_topic(batch: list, rng: Random) -> None:
     for sensor, value in batch:
-        body = repr(value)
-        result = parse_payload(body, f"sensors/l-town/{sensor}", RECEIVED, "sensors/+/{sensor}")
+        body, topic = repr(value), f"sensors/l-town/{sensor}"
+        result = parse_payload(body, topic, RECEIVED, "sensors/+/{sensor}")
         assert [(r.sensor, r.time, r.value) for r in result.readings] == [(sensor, RECEIVED, value)]
-        without = parse_payload(body, f"sensors/l-town/{sensor}", RECEIVED, None)
+        without = parse_payload(body, topic, RECEIVED, None)
         assert without.rejected == [BARE_NUMBER_WITHOUT_SENSOR]
-    count("mqtt payload", 2 * len(batch))
+        for variant in mutants(body, rng):  # "1.5e-0", "1.55e-07", "1.5e-07}"
+            check_invariants(parse_payload(variant, topic, RECEIVED, "sensors/+/{sensor}"))
+    count("mqtt payload", (2 + MUTANTS) * len(batch))
 
 
 def test_far_future_epoch_milliseconds_and_deep_nesting() -> None:
