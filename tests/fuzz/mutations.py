@@ -4,8 +4,8 @@ dropped, as a broker or a gateway can deliver them.
 Hypothesis spends about a millisecond generating each structured message and microseconds
 checking it. Feeding each drawn message with a few mutants, drawn from the example's own
 ``random.Random`` (``st.randoms()``: reproducible, derandomised in CI), reaches the fuzz
-budget with a third of the examples and adds the truncated and corrupted payloads that the
-drawn ones rarely are.
+budget with two-fifths of the examples and adds the truncated and corrupted payloads
+that the drawn ones rarely are.
 """
 from __future__ import annotations
 
