@@ -44,21 +44,19 @@ def test_a_window_frame_holds_the_rows_fetch_gives(tmp_path):
                for s in range(5) for k in range(300) if (s, k % 7) != (2, 0)])
     store.add([Reading("bare", T0 + 60 * k, 1.5) for k in range(50)])
     start, end = T0 + 1000, T0 + 300 * 250
-    frame = store.read_window(pd.Timestamp(start, unit="s", tz="UTC"),
-                              pd.Timestamp(end, unit="s", tz="UTC"))
+    window = pd.Timestamp(start, unit="s", tz="UTC"), pd.Timestamp(end, unit="s", tz="UTC")
+    frame = store.read_window(*window)
     rows = store.fetch(start, end)
     expected = pd.DataFrame({
         "time": pd.to_datetime([t for _, t, _ in rows], unit="s", utc=True),
         "sensor": pd.array([n for n, _, _ in rows], dtype="str"),
         "value": [v for _, _, v in rows]})
     pd.testing.assert_frame_equal(frame, expected)
-    site = store.for_site("north").read_window(pd.Timestamp(start, unit="s", tz="UTC"),
-                                               pd.Timestamp(end, unit="s", tz="UTC"))
+    site = store.for_site("north").read_window(*window)
     north = expected[expected["sensor"] != "bare"].reset_index(drop=True)
     north["sensor"] = north["sensor"].str.slice(len("north\x1f"))
     pd.testing.assert_frame_equal(site, north)
-    assert store.for_site("south").read_window(pd.Timestamp(start, unit="s", tz="UTC"),
-                                               pd.Timestamp(end, unit="s", tz="UTC")).empty
+    assert store.for_site("south").read_window(*window).empty
 
 
 def test_bad_readings_are_rejected_with_a_reason(tmp_path):
