@@ -1,13 +1,24 @@
 """bench.skab's scoring, the leaderboard's way: a detection scores for a change point at
 0 to 60 s after it, both ends included (SKAB's ``extract_cp_confusion_matrix``); any
-other detection from the 400th row on is a false positive; a firing run counts once."""
+other detection from the 400th row on is a false positive; a firing run counts once. A
+recording of normal operation has no change point, and is reported apart."""
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
-from bench.skab import SCORED_FROM_ROW, score
+from bench.skab import (
+    OPTIONS,
+    SCORED_FROM_ROW,
+    _write_markdown,
+    normal_recording,
+    score,
+    scored_hours,
+)
 
 T0 = pd.Timestamp("2020-03-09T12:00:00")
 
@@ -42,3 +53,35 @@ def test_a_firing_run_counts_once_and_before_row_400_not_at_all() -> None:
     got = score(results, _truth([600]))
     assert (got["missed"], got["false_positives"], got["median_delay_s"]) == (0, 1, 10.0)
     assert got["n_firing"] == 5 and got["n_incomplete"] == 1
+
+
+def test_a_normal_recording_has_no_change_point_so_every_detection_is_false(
+        tmp_path: Path) -> None:
+    truth = _truth([])
+    source = tmp_path / "anomaly-free_x.csv"
+    truth.drop(columns=["changepoint"]).assign(Pressure=1.0).to_csv(source, sep=";",
+                                                                   index=False)
+    path, normal = normal_recording(source)
+    assert path == source and not normal["changepoint"].any()
+    got = score([_result(500, "firing"), _result(505, "ok"), _result(900, "firing")], normal)
+    assert (got["change_points"], got["missed"], got["false_positives"]) == (0, 0, 2)
+    assert scored_hours(normal) == pytest.approx((1199 - SCORED_FROM_ROW) / 3600)
+    labelled = tmp_path / "valve.csv"
+    _truth([600]).to_csv(labelled, sep=";", index=False)
+    with pytest.raises(ValueError, match="labelled"):
+        normal_recording(labelled)
+
+
+def test_the_normal_recording_is_reported_apart_from_the_total(tmp_path: Path) -> None:
+    rows = [{"file": "valve2_0", "labelled": True, "scored_h": 0.2, "change_points": 4,
+             "missed": 1, "false_positives": 1, "median_delay_s": 20.0},
+            {"file": "anomaly-free", "labelled": False, "scored_h": 2.5, "change_points": 0,
+             "missed": 0, "false_positives": 3, "median_delay_s": None}]
+    table = pd.DataFrame([{**r, "wall_s": 1.0, **{f"n_{k}": 0 for k in (
+        "firing", "ok", "calibrating", "incomplete", "error")}} for r in rows])
+    out = tmp_path / "skab.md"
+    _write_markdown(table, out, OPTIONS, "load", argparse.Namespace(data=tmp_path))
+    text = out.read_text()
+    assert "Total: 1 of 4 change points missed, 1 false positives" in text
+    assert "| anomaly-free | 2.5 | 3 | 1.20 |" in text
+    assert "Files: valve2_0 (" in text
