@@ -87,9 +87,15 @@ def scored_hours(truth: pd.DataFrame) -> float:
     return float((times.iloc[-1] - times.iloc[SCORED_FROM_ROW]) / pd.Timedelta(hours=1))
 
 
-def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path
-             ) -> dict[str, object]:
-    """One backfill over the whole file, scored."""
+def _stem(path: Path) -> str:
+    """The file's name without ``.csv`` or ``.csv.gz``."""
+    return path.name.removesuffix(".gz").removesuffix(".csv")
+
+
+def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path,
+             labelled: bool = True) -> dict[str, object]:
+    """One backfill over the whole file, scored. ``labelled``: False for a recording of
+    normal operation (reported apart)."""
     first, last = str(truth["datetime"].iloc[0]), str(truth["datetime"].iloc[-1])
     cmd = [sys.executable, "-m", "monitor.cli", "backfill", "--data", str(path),
            "--start", first, "--end", last, *options, "--out", str(out)]
@@ -99,8 +105,7 @@ def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path
     if proc.returncode != 0:
         raise RuntimeError(f"backfill of {path.name} failed: {proc.stderr[-2000:]}")
     results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    return {"file": path.name.split(".")[0], "wall_s": round(wall, 1),
-            "labelled": bool(truth["changepoint"].any()),
+    return {"file": _stem(path), "wall_s": round(wall, 1), "labelled": labelled,
             "scored_h": round(scored_hours(truth), 2), **score(results, truth)}
 
 
@@ -160,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         jobs = []
         for source in files:
             path, truth = strip_labels(source, folder)
-            jobs.append((path, truth, folder / f"{path.stem}.jsonl"))
+            jobs.append((path, truth, folder / f"{_stem(path)}.jsonl", True))
         for source in normal:
             path, truth = normal_recording(source)
-            jobs.append((path, truth, folder / f"{source.name.split('.')[0]}.jsonl"))
+            jobs.append((path, truth, folder / f"{_stem(path)}.jsonl", False))
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            rows = list(pool.map(lambda job: run_file(job[0], job[1], options, job[2]), jobs))
+            rows = list(pool.map(lambda job: run_file(job[0], job[1], options, job[2],
+                                                      job[3]), jobs))
     table = pd.DataFrame(rows)
     for row in rows:
         log.info("%s: %s of %s missed, %s false positives", row["file"], row["missed"],
