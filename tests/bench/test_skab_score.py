@@ -1,7 +1,8 @@
 """bench.skab's scoring, the leaderboard's way: a detection scores for a change point at
 0 to 60 s after it, both ends included (SKAB's ``extract_cp_confusion_matrix``); any
 other detection from the 400th row on is a false positive; a firing run counts once. A
-recording of normal operation has no change point, and is reported apart."""
+recording of normal operation has no change point, and is reported apart. Scored with
+SKAB's own conversion too (``abs(prediction.diff())``: turning ok is a detection)."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,20 @@ def test_a_firing_run_counts_once_and_before_row_400_not_at_all() -> None:
     assert got["n_firing"] == 5 and got["n_incomplete"] == 1
 
 
+def test_skabs_conversion_counts_turning_ok_as_a_detection_too() -> None:
+    """Change points at rows 600 and 700. Firing from 610 to 705 (turns ok at 705, inside
+    the second point's window), an unjudged result between, then a short firing run at
+    900-910: rising edges alone find the first point only; both edges find both, and the
+    run at 900 gives two false positives instead of one."""
+    results = [_result(500, "ok"), _result(610, "firing"), _result(650, "incomplete"),
+               _result(700, "firing"), _result(705, "ok"), _result(800, "calibrating"),
+               _result(900, "firing"), _result(910, "ok")]
+    got = score(results, _truth([600, 700]))
+    assert (got["missed"], got["false_positives"]) == (1, 1)
+    assert (got["missed_both_edges"], got["false_positives_both_edges"]) == (0, 2)
+    assert got["median_delay_s"] == 10.0  # the headline's delays: rising edges
+
+
 def test_a_normal_recording_has_no_change_point_so_every_detection_is_false(
         tmp_path: Path) -> None:
     truth = _truth([])
@@ -74,14 +89,18 @@ def test_a_normal_recording_has_no_change_point_so_every_detection_is_false(
 
 def test_the_normal_recording_is_reported_apart_from_the_total(tmp_path: Path) -> None:
     rows = [{"file": "valve2_0", "labelled": True, "scored_h": 0.2, "change_points": 4,
-             "missed": 1, "false_positives": 1, "median_delay_s": 20.0},
+             "missed": 1, "false_positives": 1, "median_delay_s": 20.0,
+             "missed_both_edges": 0, "false_positives_both_edges": 2},
             {"file": "anomaly-free", "labelled": False, "scored_h": 2.5, "change_points": 0,
-             "missed": 0, "false_positives": 3, "median_delay_s": None}]
+             "missed": 0, "false_positives": 3, "median_delay_s": None,
+             "missed_both_edges": 0, "false_positives_both_edges": 5}]
     table = pd.DataFrame([{**r, "wall_s": 1.0, **{f"n_{k}": 0 for k in (
         "firing", "ok", "calibrating", "incomplete", "error")}} for r in rows])
     out = tmp_path / "skab.md"
     _write_markdown(table, out, OPTIONS, "load", argparse.Namespace(data=tmp_path))
     text = out.read_text()
     assert "Total: 1 of 4 change points missed, 1 false positives" in text
-    assert "| anomaly-free | 2.5 | 3 | 1.20 |" in text
+    assert "Both edges (SKAB's conversion): 0 missed, 2 false positives." in text
+    assert "| 20 | 0 / 2 |" in text
+    assert "| anomaly-free | 2.5 | 3 | 1.20 | 5 |" in text
     assert "Files: valve2_0 (" in text
