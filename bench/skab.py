@@ -22,12 +22,13 @@ is on time.
 leaderboard beside ours (README of skab-dev).
 
 The published rows were scored with SKAB's conversion of an anomaly detector's output to
-change points, ``abs(prediction.diff())`` (its baselines and ``core`` detectors): a row
-where the output turns on **or off** is a predicted change point. The columns ``missed
-(both edges)`` and ``false positives (both edges)`` score ours that way too: a result that
-turns ``firing`` and one that turns ``ok`` after firing are both detections. Results not
-judged (``calibrating``, ``incomplete``, ``error``) change nothing. The first columns (a
-result that turns ``firing``, as the issue scored its runs) stay the headline.
+change points, ``abs(prediction.diff())`` (the notebooks of SKAB's repository, such as
+``notebooks/t2_SKAB.ipynb`` for T-squared): a row where the output turns on **or off** is
+a predicted change point. ``missed_both_edges`` and ``false_positives_both_edges`` (the
+table's "both edges") score ours that way too: a result that turns ``firing`` and one that
+turns ``ok`` after firing are both detections. Results not judged (``calibrating``,
+``incomplete``, ``error``) change nothing. The first columns (a result that turns
+``firing``, as the issue scored its runs) stay the headline.
 
 A recording of normal operation only (``anomaly-free*``: no label columns) runs the same
 way and is scored the same way with no change point, so every detection in it from the
