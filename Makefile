@@ -39,8 +39,9 @@ system-deps:
 
 # Two test processes (pytest-xdist), one test file each at a time: the slow tests are
 # end-to-end replays that wait on servers and agent processes, so two share this 2-core CPU
-# well (make test: 11.6-12.7 min on this 2-core VM, 2026-11-29, the CPU 75-80 % busy; three
-# processes gave 12.2 min twice, not taken for so little; the 15 slowest are listed).
+# well (make test: 11.5-12.8 min on this 2-core VM, 2026-11-29, the CPU 75-80 % busy; three
+# processes gave 11.5 min against 11.6 with two on the same idle VM, and 12.2 min twice
+# before: the suite is CPU-bound, not taken; the 15 slowest are listed).
 # TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 

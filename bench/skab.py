@@ -124,21 +124,20 @@ def in_window(detection: pd.Timestamp, change_point: pd.Timestamp) -> bool:
     return bool(change_point <= detection <= change_point + WINDOW)
 
 
-def detections(results: list[dict], start: pd.Timestamp, both_edges: bool = False
-               ) -> list[pd.Timestamp]:
-    """The times (after window's end) from ``start`` on at which the judged results turn
-    ``firing``, and with ``both_edges`` also those at which they turn ``ok`` after firing
-    (SKAB's ``abs(prediction.diff())``). Unjudged results change nothing."""
+def edges(results: list[dict], start: pd.Timestamp) -> list[tuple[pd.Timestamp, bool]]:
+    """``(time, firing)`` for each judged result from ``start`` on (time: its after window's
+    end) whose state differs from the judged result before it: True where it turns
+    ``firing``, False where it turns ``ok`` after firing. Unjudged results change nothing."""
     found = []
     was_firing = False
     for r in results:
         if r["status"] not in ("firing", "ok"):
             continue
         firing = r["status"] == "firing"
-        if firing != was_firing and (firing or both_edges):
+        if firing != was_firing:
             at = pd.Timestamp(r["windows"]["after"]["end"]).tz_localize(None)
             if at >= start:
-                found.append(at)
+                found.append((at, firing))
         was_firing = firing
     return found
 
@@ -161,8 +160,10 @@ def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
     times = pd.to_datetime(truth["datetime"])
     start = times.iloc[SCORED_FROM_ROW]
     points = [t for t in times[truth["changepoint"] == 1] if t >= start]
-    missed, false, delays = _confusion(points, detections(results, start))
-    missed_both, false_both, _ = _confusion(points, detections(results, start, True))
+    changes = edges(results, start)
+    missed, false, delays = _confusion(points, [t for t, firing in changes if firing])
+    # SKAB's abs(prediction.diff()): turning ok is a detection too
+    missed_both, false_both, _ = _confusion(points, [t for t, _ in changes])
     statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
     return {"change_points": len(points), "missed": missed, "false_positives": false,
             "median_delay_s": float(pd.Series(delays).median()) if delays else None,
