@@ -4,6 +4,12 @@ In-process results are checked where they are finished (``AgentState.commit_insp
 the result as queued for the sinks) and where they are made (``Inspector.run``), by an
 autouse fixture in tests/conftest.py; results that a ``mmdwatch`` subprocess prints are
 checked by :func:`check_output`.
+
+``jsonschema`` takes about 8 ms for one result (in a profile of three decision test files,
+3,268 checks took 29 of 165 s); the compiled ``jsonschema-rs`` takes 0.04 ms and follows
+the same draft (2020-12), so it answers first. A result it refuses is validated again
+with ``jsonschema``, whose error names the field (and a disagreement between the two is
+itself an error).
 """
 from __future__ import annotations
 
@@ -17,15 +23,31 @@ SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "result.schema.json
 
 @cache
 def validator() -> Any:
+    """The reference validator (``jsonschema``): readable errors, used by the schema's own
+    tests."""
     import jsonschema
 
     return jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
 
 
+@cache
+def _fast_validator() -> Any:
+    import jsonschema_rs
+
+    return jsonschema_rs.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+
+
 def check(result: dict[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` naming the field if ``result`` breaks the
     contract."""
-    validator().validate(result)
+    try:
+        if _fast_validator().is_valid(result):
+            return
+    except (TypeError, ValueError):
+        pass  # a Python value jsonschema-rs does not take: the reference decides
+    validator().validate(result)  # raises with the field's path
+    raise AssertionError("jsonschema-rs refused a result that jsonschema accepts; "
+                         "report it, with the result, upstream")
 
 
 def check_output(stdout: str) -> None:
