@@ -50,7 +50,7 @@ TEST_WORKERS ?= 2
 # modules again, 0.4 s of CPU a start: compileall writes their bytecode once.
 test: install system-deps
 	$(PY) -m compileall -q engine monitor connectors >/dev/null
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: install
 	$(PY) -m pytest -q -m "not integration and not slow"

@@ -31,6 +31,23 @@ MQTT_USER, MQTT_PASSWORD = "alice", "s3cret"
 INFLUX_USER, INFLUX_PASSWORD = "admin", "adm1n-pw"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with end-to-end (``integration``) tests first, then those with ``slow``
+    ones, then the rest, each in collection order.
+
+    ``make test`` hands whole files to two processes in this order
+    (``--no-loadscope-reorder``); xdist's own order, most tests first, left the longest
+    files (one agent replay each, 30-80 s) to the end, where one process ran them alone.
+    """
+    rank: dict[Path, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        here = 0 if "integration" in marks else 1 if "slow" in marks else 2
+        rank[item.path] = min(rank.get(item.path, 2), here)
+    first = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
+    items.sort(key=lambda item: (rank[item.path], first[item.path]))
+
+
 def _started(server):  # type: ignore[no-untyped-def]
     try:
         return server.start()
