@@ -39,13 +39,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     (``--no-loadscope-reorder``); xdist's own order, most tests first, left the longest
     files (one agent replay each, 30-80 s) to the end, where one process ran them alone.
     """
-    rank: dict[Path, int] = {}
-    for item in items:
+    rank: dict[Path, int] = {}  # a file's most telling mark: 0 integration, 1 slow, 2 none
+    first: dict[Path, int] = {}  # where a file's first test was collected
+    for i, item in enumerate(items):
         marks = {m.name for m in item.iter_markers()}
         here = 0 if "integration" in marks else 1 if "slow" in marks else 2
         rank[item.path] = min(rank.get(item.path, 2), here)
-    first = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
-    items.sort(key=lambda item: (rank[item.path], first[item.path]))
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (rank[item.path], first[item.path]))  # stable: in-file order
 
 
 def _started(server):  # type: ignore[no-untyped-def]
