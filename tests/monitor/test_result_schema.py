@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema  # the dev extra (pip install -e '.[dev]')
+import numpy as np
 import pytest
 
 from connectors.timeutil import format_duration
@@ -166,3 +168,19 @@ def test_new_fields_and_the_calibrating_status_are_allowed(
     result["incident"] = None
     result["something_new"] = {"nested": True}
     assert _errors(validator, result) == []
+
+
+def test_the_suites_check_decides_as_the_reference(computed: dict[str, Any]) -> None:
+    """``result_contract.check`` (jsonschema-rs first, for speed) accepts and refuses what
+    ``jsonschema`` does, NumPy scalars and NaN included, and its error names the field."""
+    result_contract.check(computed)
+    numpy_scalar = copy.deepcopy(computed)
+    numpy_scalar["test"]["p_value"] = np.float64(0.5)  # jsonschema-rs does not take these
+    result_contract.check(numpy_scalar)
+    not_a_number = copy.deepcopy(computed)
+    not_a_number["test"]["p_value"] = math.nan  # a number to jsonschema, not to the other
+    result_contract.check(not_a_number)
+    bogus = copy.deepcopy(computed)
+    bogus["status"] = "bogus"
+    with pytest.raises(jsonschema.ValidationError, match="bogus"):
+        result_contract.check(bogus)
