@@ -22,19 +22,25 @@ SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "result.schema.json
 
 
 @cache
+def _schema() -> dict[str, Any]:
+    """docs/result.schema.json, read once for both validators."""
+    return json.loads(SCHEMA_FILE.read_text())
+
+
+@cache
 def validator() -> Any:
     """The reference validator (``jsonschema``): readable errors, used by the schema's own
     tests."""
     import jsonschema
 
-    return jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    return jsonschema.Draft202012Validator(_schema())
 
 
 @cache
 def _fast_validator() -> Any:
     import jsonschema_rs
 
-    return jsonschema_rs.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    return jsonschema_rs.Draft202012Validator(_schema())
 
 
 def check(result: dict[str, Any]) -> None:
