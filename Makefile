@@ -38,11 +38,11 @@ system-deps:
 	fi
 
 # Two test processes (pytest-xdist), one test file each at a time, the files with
-# end-to-end tests first (tests/conftest.py). make test on this 2-core VM, 2026-11-30:
-# 10:44 and 11:12 min, the CPU 90 % busy (12:26 and 12:36 the same day before the file
-# order, the schema check in jsonschema-rs and the bytecode; 12:08 with the schema check
-# alone). Three processes took 11:29: the suite is CPU-bound, not taken. The 15 slowest
-# tests are listed. TEST_WORKERS=0 runs them in one process.
+# end-to-end tests first (tests/conftest.py). The suite on this session's 2-core VM,
+# 2026-12-01: 6:56 and 7:15 min (.ci/run from a clean clone, install included: 8:46); on
+# the slower 2-core VM of 2026-11-30, 10:44 and 11:12, the CPU 90 % busy. Three processes
+# took 11:29 there: the suite is CPU-bound, not taken. The 15 slowest tests are listed.
+# TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= 2
 
 # The suite starts some 80 Python processes (agents, `inspect`, `backfill`, Dask workers).
