@@ -8,9 +8,9 @@ Each case is one ``mmdwatch backfill`` process (the command a user runs, imports
 source's read included) over hourly times, timed from start to exit; its peak resident
 memory comes from the operating system (``wait4``). Each checkout first writes its
 bytecode and imports its code once, untimed (:func:`warm_up`), so that no case pays for
-reading the libraries from disk or compiling the checkout's modules. The agent's decisions are replayed
-from its first inspection time (the data's first reading + the 7-day before window), so
-every case computes the days of history before its written times as well:
+reading the libraries from disk or compiling the checkout's modules. The agent's decisions
+are replayed from its first inspection time (the data's first reading + the 7-day before
+window), so every case computes the days of history before its written times as well:
 
 * ``d1``: ``ltown-delay-dev/d1`` (33 real-scale sensors, 5-minute readings): the 24 hourly
   inspections of its leak day, 2019-09-16, after 7 days of replayed history (192
@@ -103,9 +103,10 @@ def warm_up(checkout: Path) -> float:
     """Write the checkout's bytecode and import what a backfill imports, once, untimed;
     returns its seconds. The first process after a while reads torch's libraries and the
     checkout's sources from disk: measured on 2026-12-01, d1 took 5.5 s as the first case
-    of a run and 3.9-4.3 s in the next three runs, which put the first-timed checkout at a
-    disadvantage. The bytecode, as ``make install`` writes it: where PYTHONDONTWRITEBYTECODE
-    is set, a checkout without it compiles its modules in every process."""
+    of a run and 3.9-4.3 s in three runs by hand after it, which put the first-timed
+    checkout at a disadvantage. The bytecode, as ``make install`` writes it: where
+    PYTHONDONTWRITEBYTECODE is set, a checkout without it compiles its modules in every
+    process."""
     t0 = time.perf_counter()
     env = _checkout_env(checkout)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "engine", "monitor",
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
               ] if args.sensors else []
     checkouts = [("this", ROOT)] + ([("baseline", args.baseline)] if args.baseline else [])
     for label, checkout in checkouts:
-        log.info("warm-up of %s (imports, untimed): %.1f s", label, warm_up(checkout))
+        log.info("warm-up of %s (bytecode and imports, untimed): %.1f s", label,
+                 warm_up(checkout))
     rows = []
     for case in cases:
         for (label, checkout), device in itertools.product(checkouts, args.device):
