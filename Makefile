@@ -43,7 +43,7 @@ system-deps:
 	fi
 
 # Two test processes (pytest-xdist), one test file each at a time, the files with
-# end-to-end tests first (tests/conftest.py). The suite on this session's 2-core VM,
+# end-to-end tests first (tests/conftest.py). The suite on the 2-core VM of
 # 2026-12-01: 6:56 and 7:15 min (.ci/run from a clean clone, install included: 8:46); on
 # the slower 2-core VM of 2026-11-30, 10:44 and 11:12, the CPU 90 % busy. Three processes
 # took 11:29 there: the suite is CPU-bound, not taken. The 15 slowest tests are listed.
