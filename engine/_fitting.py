@@ -47,6 +47,14 @@ MIN_CPU_BATCH_BYTES = 4 * 2**20
 #: as on the 2-core VM's CPU (0.33 s), and 64 pairs 0.57 s against 1.0 s; one pair is
 #: launch-bound on CUDA (bench/results/throughput_h200, docs/engine.md "The GPU")
 AUTO_GPU_BYTES = 8 * 2**20
+#: the same for fits that the C optimiser runs on the CPU (:func:`engine.optimiser.
+#: native_settings`, the engine part's): with it the 2-core VM fits 16 engine-part pairs
+#: (p-values included, D = 33) at 97 pairs/s, 64 at 109 and 256 at 111, against the H200's
+#: CUDA 47, 113 and 181 (2026-11-28); at D = 300, 18-19 pairs/s against CUDA's 35, 96 and
+#: 183. Fitted as a fixed cost plus a cost per byte, the GPU's 0.27-0.39 s start is
+#: repaid from 29 MiB (D = 33) and 36 MiB (D = 300) of pair differences on: 64 engine-part
+#: pairs at D = 33, 7 at D = 300 (docs/engine.md "The GPU")
+AUTO_GPU_BYTES_NATIVE = 32 * 2**20
 #: the share of a GPU's free memory that one training batch's pair differences may take
 #: (the epoch's intermediates are a few times their size)
 GPU_BATCH_SHARE = 0.125
@@ -88,10 +96,13 @@ def torch_threads(n_threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def auto_device(work_bytes: int) -> torch.device:
+def auto_device(work_bytes: int, native: bool = False) -> torch.device:
     """``device="auto"`` for a batch of ``work_bytes`` of training pair differences: CUDA
-    when there is a GPU and the batch reaches :data:`AUTO_GPU_BYTES`, else the CPU."""
-    if work_bytes >= AUTO_GPU_BYTES and torch.cuda.is_available():
+    when there is a GPU and the batch reaches :data:`AUTO_GPU_BYTES`
+    (:data:`AUTO_GPU_BYTES_NATIVE` for fits the C optimiser runs on the CPU: ``native``),
+    else the CPU."""
+    if work_bytes >= (AUTO_GPU_BYTES_NATIVE if native else AUTO_GPU_BYTES) \
+            and torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
 

@@ -35,7 +35,7 @@ from engine.errors import EngineError, InvalidParameterError
 from engine.kernels import HeuristicName, KernelName, check_kernel
 from engine.lambdas import search_lambdas_many
 from engine.moment_test import moment_permutation_pvalue
-from engine.optimiser import FAST, PAPER, SMOOTH, OptimiserConfig, minimise
+from engine.optimiser import FAST, PAPER, SMOOTH, OptimiserConfig, minimise, native_settings
 from engine.permutation import combine_split_pvalues
 from engine.problems import ESTIMATORS, OBJECTIVES, EstimatorName, ObjectiveName, ProblemSet
 from engine.result import Selection
@@ -270,11 +270,14 @@ class _Selector:
     def _placed(self, preps: list[F.Prepared]) -> list[F.Prepared]:
         """Data sets of one shape fitted together, moved to the GPU under
         ``device="auto"`` when their training pair differences reach
-        :data:`engine._fitting.AUTO_GPU_BYTES` (below it a fit is launch-bound there and
-        the CPU is faster: docs/engine.md, "Speed")."""
+        :data:`engine._fitting.AUTO_GPU_BYTES`, or :data:`~engine._fitting.
+        AUTO_GPU_BYTES_NATIVE` for settings the C optimiser fits on the CPU (below it a
+        fit is launch-bound there and the CPU is faster: docs/engine.md, "The GPU")."""
         if self.device != "auto" or not preps or preps[0].active.size == 0:
             return preps
-        device = F.auto_device(len(preps) * self._delta_bytes(*preps[0].shape))
+        native = native_settings(_optimiser(self.optimiser), self.objective,
+                                 F.resolve_dtype(self.dtype), self.estimator, self.kernel)
+        device = F.auto_device(len(preps) * self._delta_bytes(*preps[0].shape), native)
         return preps if device.type == "cpu" else [p.to(device) for p in preps]
 
     def _delta_bytes(self, n: int, m: int, a: int) -> int:

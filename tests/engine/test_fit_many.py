@@ -144,6 +144,41 @@ def test_auto_device_takes_the_gpu_only_for_batches_that_gain(monkeypatch):
     assert F.auto_device(week).type == "cuda"
 
 
+def test_auto_device_keeps_more_of_what_the_c_optimiser_fits_on_the_cpu(monkeypatch):
+    """Settings that the C optimiser fits on the CPU (the engine part's) go to the GPU only
+    from AUTO_GPU_BYTES_NATIVE: 16 engine-part pairs (8 MiB) stay on the CPU, 64 go; the
+    tensor program's settings keep AUTO_GPU_BYTES."""
+    from engine import _fitting as F
+    from engine.live.engine_power import ENGINE_PART_PARAMS
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert F.auto_device(F.AUTO_GPU_BYTES_NATIVE - 1, native=True).type == "cpu"
+    assert F.auto_device(F.AUTO_GPU_BYTES_NATIVE, native=True).type == "cuda"
+    one_fit = CVAggregation(**ENGINE_PART_PARAMS)._delta_bytes(24, 16, 33)
+    assert F.auto_device(16 * one_fit, native=True).type == "cpu"
+    assert F.auto_device(16 * one_fit, native=False).type == "cuda"
+    assert F.auto_device(64 * one_fit, native=True).type == "cuda"
+
+
+def test_auto_device_is_asked_with_the_fit_settings_native_or_not(monkeypatch):
+    """CVAggregation tells auto_device whether the C optimiser would fit its settings."""
+    from engine import _fitting as F
+    from engine.live.engine_power import ENGINE_PART_PARAMS
+    from engine.native import library
+
+    asked: list[bool] = []
+
+    def record(work_bytes: int, native: bool = False) -> torch.device:
+        asked.append(native)
+        return torch.device("cpu")
+
+    monkeypatch.setattr(F, "auto_device", record)
+    pairs = _pairs(2)
+    CVAggregation(**{**ENGINE_PART_PARAMS, "device": "auto"}).fit_many(pairs)
+    CVAggregation(**{**QUICK, "device": "auto"}).fit_many(pairs)
+    assert asked and asked[0] is (library() is not None) and asked[-1] is False
+
+
 def test_auto_device_without_a_gpu_fits_on_the_cpu():
     if torch.cuda.is_available():
         pytest.skip("a GPU is here")
