@@ -27,8 +27,8 @@ from typing import Any
 import pandas as pd
 
 from bench._common import machine_load, markdown_table
-from bench.leak_delay import backfill, data_range, replay_range, utc
-from bench.ltown_sim import LTownStreams
+from bench.leak_delay import backfill, replay_range, utc
+from bench.ltown_sim import LTownStreams, SimulatorMissing
 
 log = logging.getLogger("bench.first_weekends")
 OUT = Path(__file__).resolve().parent / "results" / "first_weekends"
@@ -66,9 +66,10 @@ def incidents(results: list[dict[str, Any]], first: pd.Timestamp
 def run(seed: int, weeks: int, work: Path, extra: list[str]) -> dict[str, Any]:
     start = FIRST_MONDAY + pd.Timedelta(days=7 * (seed % 52))
     path = work / f"ltown-{seed}.csv.gz"
-    LTownStreams(work=work).simulate(seed, start, 7 + 7 * weeks + 0.25).to_csv(path, index=False)
-    first, last = data_range(path)
-    begin, end = replay_range(first, last)
+    readings = LTownStreams(work=work).simulate(seed, start, 7 + 7 * weeks + 0.25)
+    readings.to_csv(path, index=False)
+    times = readings["timestamp"]  # the span from the frame in hand, not the file again
+    begin, end = replay_range(utc(str(times.min())), utc(str(times.max())))
     results = backfill(path, begin, end, work / f"ltown-{seed}.jsonl", extra)
     found, judged = incidents(results, start)
     return {"seed": seed, "start": start.date().isoformat(), "incidents": found,
@@ -86,10 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     load = machine_load()
-    with tempfile.TemporaryDirectory(prefix="first-weekends-") as tmp, \
-            ThreadPoolExecutor(max(1, args.workers)) as pool:
-        runs = list(pool.map(lambda s: run(s, args.weeks, Path(tmp), args.extra),
-                             range(args.runs)))
+    try:
+        with tempfile.TemporaryDirectory(prefix="first-weekends-") as tmp, \
+                ThreadPoolExecutor(max(1, args.workers)) as pool:
+            runs = list(pool.map(lambda s: run(s, args.weeks, Path(tmp), args.extra),
+                                 range(args.runs)))
+    except SimulatorMissing as exc:
+        log.error("%s", exc)
+        return 2
     rows = []
     for week in range(1, args.weeks + 1):
         for day in ("weekday", "weekend"):
