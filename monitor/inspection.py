@@ -337,7 +337,8 @@ class Inspector:
 
         windows = self._windows_many(times, read_window)
         detections = detect_many([(w.before_raw, w.after_raw) for w in windows.values()],
-                                 self.decision.detector)
+                                 self.decision.detector,
+                                 [w.spread for w in windows.values()])
         return {t: Prepared(w, d) for (t, w), d in zip(windows.items(), detections, strict=True)
                 if not isinstance(d, DetectionError)}
 

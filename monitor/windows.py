@@ -32,6 +32,11 @@ Normalisation (``normalise``):
 
 A reference that is zero or missing is never divided by: that sensor stays unscaled (or,
 for zscore with sd 0, only centred), and the note says so.
+
+Where the bins hold several readings of a sensor (5-minute readings in hourly bins), the
+windows also carry each bin's log within-bin standard deviation (``Windows.spread``,
+:func:`spread_channels`): the level statistic's spread channels, which see a sensor turn
+noisy or freeze at an unchanged mean (docs/decision.md, "The spread channels").
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from connectors.timeutil import to_utc
+from engine.live.residual_shift import SpreadChannels
 from monitor.names import NORMALISE, Normalise
 
 if TYPE_CHECKING:
@@ -165,6 +171,108 @@ class Windows:
     before: pd.DataFrame
     after: pd.DataFrame
     data_quality: dict[str, Any] = field(default_factory=dict)
+    #: each bin's within-bin spread, log scale (:func:`spread_channels`): the sensors whose
+    #: bins hold :data:`SPREAD_MIN_READINGS` readings or more, None where none does
+    spread: SpreadChannels | None = None
+
+
+#: readings a bin must hold (median over the before window) for its spread to count
+SPREAD_MIN_READINGS = 6
+#: the log spread's floor, as a share of the sensor's median bin spread before: a sensor
+#: whose readings freeze (spread 0) reads log(floor) instead of minus infinity
+SPREAD_FLOOR = 0.1
+
+
+def resample_spread(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
+                    period: timedelta) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The standard deviation of each sensor's readings in each bin of
+    :func:`resample_window` (NaN with fewer than 2), and how many readings each bin
+    holds: two wide frames of its shape."""
+    step = pd.Timedelta(period)
+    n_bins = int((end - start) / step)
+    index = pd.date_range(start, periods=n_bins, freq=step, name="time")
+    empty = pd.DataFrame(index=index, dtype=float)
+    if readings.empty:
+        return empty, empty
+    times = readings["time"]
+    part = readings.loc[(times >= start) & (times < end), ["time", "sensor", "value"]]
+    part = part[np.isfinite(part["value"].to_numpy(dtype=float))]
+    part = part.drop_duplicates(["sensor", "time"], keep="last")
+    if part.empty:
+        return empty, empty
+    bins = ((part["time"] - start) // step).to_numpy(dtype=np.int64)
+    grouped = part.assign(_bin=bins).groupby(["_bin", "sensor"], sort=False)["value"]
+    out = []
+    for agg in (grouped.std(), grouped.count()):
+        wide = agg.unstack("sensor").reindex(range(n_bins))
+        wide.index = index
+        wide.columns = wide.columns.astype(str)
+        wide.columns.name = None
+        out.append(wide.sort_index(axis=1).astype(float))
+    return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class BinSpreads:
+    """Each bin's within-bin standard deviation and reading count over both windows (the
+    arrays of :func:`resample_spread`'s frames, rows of the before window first)."""
+
+    columns: list[str]
+    sd_before: np.ndarray  # (n_b, sensors)
+    count_before: np.ndarray
+    sd_after: np.ndarray  # (n_a, sensors)
+
+    @classmethod
+    def of(cls, before: tuple[pd.DataFrame, pd.DataFrame], after: pd.DataFrame
+           ) -> BinSpreads:
+        """From :func:`resample_spread`'s frames of the before window and the spreads of
+        the after window (their columns aligned to the before window's)."""
+        sd_b, n_b = before
+        columns = sd_b.columns.tolist()
+        sd_a = after if after.columns.tolist() == columns else after.reindex(columns=columns)
+        return cls(columns, sd_b.to_numpy(dtype=float),
+                   n_b.reindex(columns=columns).to_numpy(dtype=float),
+                   sd_a.to_numpy(dtype=float))
+
+
+def spread_channels(spreads: BinSpreads, sensors: list[str]) -> SpreadChannels | None:
+    """The log within-bin spread of each of ``sensors`` whose before bins hold
+    :data:`SPREAD_MIN_READINGS` readings or more (median), before and after, gaps filled
+    as the means' are: ``log(sd + floor)`` with the floor :data:`SPREAD_FLOOR` times the
+    sensor's median spread before. None when no sensor qualifies (hourly readings in
+    hourly bins, a testbed's one-second readings in two-second bins)."""
+    if not spreads.columns or not sensors:
+        return None
+    # NumPy, not pandas: a backfill builds hundreds of windows
+    if spreads.columns == sensors:
+        vb, va, counts = spreads.sd_before, spreads.sd_after, spreads.count_before
+    else:
+        where = {name: i for i, name in enumerate(spreads.columns)}
+        known = [s for s in sensors if s in where]
+        if not known:
+            return None
+        cols = [where[s] for s in known]
+        vb, va = spreads.sd_before[:, cols], spreads.sd_after[:, cols]
+        counts = spreads.count_before[:, cols]
+        sensors = known
+    keep = np.median(np.where(np.isnan(counts), 0.0, counts), axis=0) >= SPREAD_MIN_READINGS
+    if not keep.any():
+        return None
+    seen_b, seen_a = ~np.isnan(vb), ~np.isnan(va)
+    floor = np.median(vb, axis=0)
+    for j in np.flatnonzero(keep & ~seen_b.all(axis=0)):  # np.nanmedian costs 8x more
+        column = vb[seen_b[:, j], j]
+        floor[j] = np.median(column) if column.size else np.nan
+    floor = SPREAD_FLOOR * floor
+    keep &= (np.nan_to_num(floor) > 0) & (seen_b.mean(axis=0) >= 0.5) \
+        & (seen_a.mean(axis=0) >= 0.5)
+    if not keep.any():
+        return None
+    names = tuple(s for s, k in zip(sensors, keep.tolist(), strict=True) if k)
+    f = floor[keep]
+    before, after = np.log(vb[:, keep] + f), np.log(va[:, keep] + f)
+    return SpreadChannels(names, before if seen_b[:, keep].all() else _filled(before),
+                          after if seen_a[:, keep].all() else _filled(after))
 
 
 def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
@@ -212,7 +320,13 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
     "linear", limit_direction="both")``, whose NumPy ``interp`` it calls directly
     (bit-equal, at a fraction of the per-window cost of a backfill's hundreds of
     windows)."""
-    values = frame.to_numpy(dtype=float, copy=True)
+    return pd.DataFrame(_filled(frame.to_numpy(dtype=float, copy=True)), index=frame.index,
+                        columns=frame.columns)
+
+
+def _filled(values: np.ndarray) -> np.ndarray:
+    """:func:`_fill` of an array (rows, columns), in place: each column's gaps
+    interpolated, its edge values carried outward."""
     position = np.arange(len(values), dtype=float)
     for j in range(values.shape[1]):
         column = values[:, j]  # a view: filled in place
@@ -220,7 +334,7 @@ def _fill(frame: pd.DataFrame) -> pd.DataFrame:
         if known.all() or not known.any():
             continue  # nothing to fill, or nothing to fill from (left as pandas leaves it)
         column[~known] = np.interp(position[~known], position[known], column[known])
-    return pd.DataFrame(values, index=frame.index, columns=frame.columns)
+    return values
 
 
 def after_covered(after: pd.DataFrame) -> float:
@@ -318,6 +432,8 @@ class BinnedSpan:
         self.step = pd.Timedelta(spec.resample)
         #: offset from ``origin`` -> (bins, their values, whether each holds a reading)
         self._grids: dict[pd.Timedelta, tuple[pd.DataFrame, np.ndarray, np.ndarray]] = {}
+        #: offset -> the bins' spreads and reading counts (resample_spread), when needed
+        self._spread_grids: dict[pd.Timedelta, tuple[list[str], np.ndarray, np.ndarray]] = {}
 
     def _grid(self, rest: pd.Timedelta) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
         """The grid ``rest`` past ``origin``: its bins, values and which hold a reading
@@ -328,6 +444,20 @@ class BinnedSpan:
             values = bins.to_numpy(dtype=float)
             self._grids[rest] = (bins, values, np.isfinite(values))
         return self._grids[rest]
+
+    def _spreads(self, start: pd.Timestamp, t: pd.Timestamp, end: pd.Timestamp
+                 ) -> BinSpreads:
+        """The bins' spreads and counts of the windows ``[start, t)`` and ``[t, end)``
+        (inside the span, on one grid)."""
+        offset, rest = divmod(start - self.origin, self.step)
+        if rest not in self._spread_grids:
+            sd, n = resample_spread(self.readings, self.origin + rest, self.end, self.step)
+            self._spread_grids[rest] = (sd.columns.tolist(), sd.to_numpy(dtype=float),
+                                        n.to_numpy(dtype=float))
+        columns, sd, n = self._spread_grids[rest]
+        first, middle = int(offset), int(offset) + int((t - start) / self.step)
+        last = middle + int((end - t) / self.step)
+        return BinSpreads(columns, sd[first:middle], n[first:middle], sd[middle:last])
 
     def _slice(self, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame | None:
         """The bins of ``[start, end)`` as :func:`resample_window` returns them; None when
@@ -354,7 +484,8 @@ class BinnedSpan:
             inside = self.readings[(self.readings["time"] >= start)
                                    & (self.readings["time"] < self.spec.read_end(t))]
             return build_windows(inside, t_utc, self.spec)
-        return _windows_from_bins(self.readings, before, after, t_utc, self.spec)
+        return _windows_from_bins(self.readings, before, after, t_utc, self.spec,
+                                  self._spreads(start, t_utc, end))
 
 
 def _utc_readings(readings: pd.DataFrame) -> pd.DataFrame:
@@ -431,11 +562,14 @@ def build_windows(readings: pd.DataFrame, t: datetime, spec: WindowSpec) -> Wind
     readings = _utc_readings(readings)
     before = resample_window(readings, start, t, spec.resample, spec.aggregate)
     after = resample_window(readings, t, end, spec.resample, spec.aggregate)
-    return _windows_from_bins(readings, before, after, t, spec)
+    spreads = BinSpreads.of(resample_spread(readings, start, t, spec.resample),
+                            resample_spread(readings, t, end, spec.resample)[0])
+    return _windows_from_bins(readings, before, after, t, spec, spreads)
 
 
 def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame,
-                       t: pd.Timestamp, spec: WindowSpec) -> Windows:
+                       t: pd.Timestamp, spec: WindowSpec,
+                       spreads: BinSpreads | None = None) -> Windows:
     """The windows at ``t`` from the binned before and after frames (coverage, drops,
     fill, normalisation); ``readings`` only name where the data ends when it ends inside
     the after window."""
@@ -507,8 +641,10 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     after_raw = after if seen_a.all() else _fill(after)
     before_n, after_n, notes = normalise(before_raw, after_raw, spec.normalise)
     quality["unscaled_sensors"] = notes
+    channels = None if spreads is None else spread_channels(spreads, kept)
     return Windows(t=t, spec=spec, before_raw=before_raw, after_raw=after_raw,
-                   before=before_n, after=after_n, data_quality=quality)
+                   before=before_n, after=after_n, data_quality=quality,
+                   spread=channels)
 
 
 def finite_or_none(value: float) -> float | None:

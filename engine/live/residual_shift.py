@@ -21,19 +21,29 @@ history (:mod:`engine.live.calibration`):
    before window (the same difference computed on before data only), giving ``z`` per sensor.
 4. **Statistic.** The mean of the ``top_k`` largest ``z**2`` (default 1: the largest): a
    change that moves a few sensors strongly is not diluted by the many that do not move.
+5. **Spread channels.** Where a bin holds many readings (5-minute readings in hourly
+   bins), the log of each bin's within-bin standard deviation is a channel of its own
+   (:func:`monitor.windows.spread_channels`) and goes through steps 1-3 like a sensor;
+   its ``z`` times ``spread_weight`` joins the ``z`` values of step 4. A sensor that turns
+   noisy or freezes at an unchanged mean moves its spread by a factor of 10 or more
+   within each hour, while its hourly means hardly move (docs/decision.md, "The spread
+   channels").
 
 Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally spaced.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 STATISTIC = "residual-top-k"
+#: how the level statistic's values are computed: a state that holds values of another
+#: version has its history computed again (monitor.fleet.sites.current_level_statistics)
+LEVEL_STATISTIC_VERSION = "residual-top-k, spread channels (issue 28)"
 #: the profile's slots (DetectorSettings.period)
 Period = Literal["week", "day", "none"]
 
@@ -47,6 +57,8 @@ class DetectorSettings:
     weekly_profile: bool = True
     top_k: int = 1
     daily_profile: bool = True  # False: no hour-of-day profile (data without a daily cycle)
+    #: the spread channels' ``z`` is multiplied by this in the statistic (step 5); 0: off
+    spread_weight: float = 0.5
 
     @property
     def period(self) -> Period:
@@ -66,6 +78,18 @@ class Detection:
     before_residuals: pd.DataFrame  # (n_b, D), scaled, common mode removed
     after_residuals: pd.DataFrame  # (n_a, D)
     shift: pd.Series  # per sensor, z's numerator in source units: the change the alert states
+    #: per sensor with a spread channel: the same z of its log within-bin spread (empty:
+    #: no such channel)
+    z_spread: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+
+    def evidence(self) -> dict[str, float]:
+        """Each sensor's share of the statistic, by name: the larger of ``|z|`` and
+        ``|z_spread|``."""
+        out = {str(k): abs(v) for k, v in zip(self.z.index.tolist(), self.z.tolist(),
+                                                strict=True)}
+        for k, v in zip(self.z_spread.index.tolist(), self.z_spread.tolist(), strict=True):
+            out[str(k)] = max(out.get(str(k), 0.0), abs(v))
+        return out
 
 
 class DetectionError(ValueError):
@@ -99,6 +123,34 @@ def _slots(index: pd.DatetimeIndex, period: Period | bool) -> np.ndarray:
     if period == "day":
         return np.asarray(hour, dtype=np.int64)
     return np.asarray(hour + 24 * (day_of_week >= 5), dtype=np.int64)
+
+
+def slots_at(seconds: np.ndarray, period: Period) -> np.ndarray:
+    """:func:`_slots` of UTC times given as seconds since the epoch (any shape)."""
+    if period == "none":
+        return np.zeros(np.shape(seconds), dtype=np.int64)
+    hours = np.floor_divide(np.asarray(seconds, dtype=np.float64), 3600).astype(np.int64)
+    hour = hours % 24
+    if period == "day":
+        return hour
+    return hour + 24 * ((hours // 24 + 3) % 7 >= 5)  # 1970-01-01 was a Thursday
+
+
+def uncovered_slots(history_times: np.ndarray, offsets: np.ndarray, t: float,
+                    period: Period) -> int:
+    """How many profile slots of the after window at ``t`` no after window of the history
+    holds: its rows lie at ``t + offsets`` (seconds, (n_a,)), a history value's at
+    ``history_times[i] + offsets`` ((n,), seconds since the epoch, UTC). Data that begin
+    on a Monday have a history of weekdays alone until the first weekend's values join
+    it: that weekend's after windows hold slots (hour of day, weekend) no history value
+    was computed over (docs/decision.md, "The first weekend")."""
+    if period == "none":
+        return 0
+    need = np.unique(slots_at(t + offsets, period))
+    if not history_times.size:
+        return int(need.size)
+    have = np.unique(slots_at(history_times[:, None] + offsets[None, :], period))
+    return int(np.setdiff1d(need, have, assume_unique=True).size)
 
 
 def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.ndarray
@@ -236,17 +288,31 @@ def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray
     return _level_shift_z_stacked(rb[None], ra[None], local)[0]
 
 
-def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings
-           ) -> Detection:
+@dataclass(frozen=True)
+class SpreadChannels:
+    """The log within-bin spread of the sensors that have one (step 5), on the rows of the
+    before and after windows: ``before`` (n_b, C), ``after`` (n_a, C), gaps filled."""
+
+    names: tuple[str, ...]
+    before: np.ndarray
+    after: np.ndarray
+
+
+Spread = SpreadChannels | None
+
+
+def detect(before: pd.DataFrame, after: pd.DataFrame, settings: DetectorSettings,
+           spread: Spread = None) -> Detection:
     """The statistic for one pair of windows (raw resampled values, gaps already filled)."""
-    out = detect_many([(before, after)], settings)[0]
+    out = detect_many([(before, after)], settings, [spread])[0]
     if isinstance(out, DetectionError):
         raise out
     return out
 
 
 def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
-                settings: DetectorSettings) -> list[Detection | DetectionError]:
+                settings: DetectorSettings, spreads: Sequence[Spread] | None = None
+                ) -> list[Detection | DetectionError]:
     """:func:`detect` of each ``(before, after)`` pair, or the :class:`DetectionError` it
     raises. Pairs of one shape (before rows, after rows, the same sensors) are computed as
     one stacked array program, (T, n_b, D) and (T, n_a, D): a backfill's hundreds of
@@ -263,7 +329,8 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
     (True, 2)
     """
     out: list[Detection | DetectionError | None] = [None] * len(pairs)
-    groups: dict[tuple[int, int, tuple[Any, ...]], list[int]] = {}
+    spreads = list(spreads) if spreads is not None else [None] * len(pairs)
+    groups: dict[tuple[int, int, tuple[Any, ...], tuple[Any, ...]], list[int]] = {}
     for i, (before, after) in enumerate(pairs):
         names = before.columns.tolist()
         if names != after.columns.tolist():
@@ -275,43 +342,72 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
                 f"the before window ({n_b} rows) must hold more than twice the after window "
                 f"({n_a} rows) to estimate the statistic's spread; lengthen windows.before")
             continue
-        groups.setdefault((n_b, n_a, tuple(names)), []).append(i)
+        spread = spreads[i]
+        spread_names = spread.names if spread is not None else ()
+        groups.setdefault((n_b, n_a, tuple(names), spread_names), []).append(i)
     for members in groups.values():
-        for i, detection in zip(members, _detect_stacked([pairs[i] for i in members], settings),
-                                strict=True):
+        stacked = _detect_stacked([pairs[i] for i in members], settings,
+                                  [spreads[i] for i in members])
+        for i, detection in zip(members, stacked, strict=True):
             out[i] = detection
     return [d for d in out if d is not None]
 
 
 def _detect_stacked(pairs: list[tuple[pd.DataFrame, pd.DataFrame]],
-                    settings: DetectorSettings) -> list[Detection]:
+                    settings: DetectorSettings, spreads: list[Spread] | None = None
+                    ) -> list[Detection]:
     """The statistic of T pairs of one shape: steps 1-4 of the module docstring on
-    (T, n_b, D) and (T, n_a, D) arrays."""
+    (T, n_b, D) and (T, n_a, D) arrays; the spread channels, where the pairs have them
+    (one set of names for all), through steps 1-3 alike."""
     period = settings.period
     xb = np.stack([b.to_numpy(dtype=float) for b, _ in pairs])  # (T, n_b, D)
     xa = np.stack([a.to_numpy(dtype=float) for _, a in pairs])  # (T, n_a, D)
     slots_b = np.stack([_slots(b.index, period) for b, _ in pairs])  # (T, n_b)
     slots_a = np.stack([_slots(a.index, period) for _, a in pairs])
-    table = _profile_tables(xb, slots_b, period)  # (T, slots, D)
-    rows = np.arange(len(pairs))[:, None]
+    z, rb, ra, shift = _channel_z(xb, xa, slots_b, slots_a, settings)
+    z2 = z ** 2
+    spread_cols: list[str] = []
+    z_spread = np.zeros((len(pairs), 0))
+    if settings.spread_weight > 0 and spreads and spreads[0] is not None:
+        spread_cols = list(spreads[0].names)
+        sb = np.stack([sp.before for sp in spreads if sp is not None])
+        sa = np.stack([sp.after for sp in spreads if sp is not None])
+        # the cross-sensor median out, no principal directions: the log spreads' common
+        # movement is the weather's and the calendar's as a whole, not a demand mode
+        z_spread = _channel_z(sb, sa, slots_b, slots_a, settings, modes=0)[0]
+        z_spread = z_spread * settings.spread_weight
+        z2 = np.concatenate([z2, z_spread ** 2], axis=1)
+    z2 = np.sort(z2, axis=1)
+    values = z2[:, -min(settings.top_k, z2.shape[1]):].mean(axis=1) if z2.shape[1] else \
+        np.full(len(pairs), np.nan)
+    cols = pairs[0][0].columns  # one Index for every frame: built from a list, 4 per window
+    spread_index = pd.Index(spread_cols)
+    return [Detection(value=float(values[k]), z=pd.Series(z[k], index=cols),
+                      before_residuals=pd.DataFrame(rb[k], index=b.index, columns=cols),
+                      after_residuals=pd.DataFrame(ra[k], index=a.index, columns=cols),
+                      shift=pd.Series(np.nan_to_num(shift[k]), index=cols),
+                      z_spread=pd.Series(z_spread[k], index=spread_index, dtype=float))
+            for k, (b, a) in enumerate(pairs)]
+
+
+def _channel_z(xb: np.ndarray, xa: np.ndarray, slots_b: np.ndarray, slots_a: np.ndarray,
+               settings: DetectorSettings, modes: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 1-3 of the module docstring on (T, n_b, D) and (T, n_a, D) channels: their
+    ``z`` (T, D), residuals (scaled, common mode removed) and shift in source units.
+    ``modes``: principal directions removed (default ``settings.common_modes``)."""
+    table = _profile_tables(xb, slots_b, settings.period)  # (T, slots, D)
+    rows = np.arange(xb.shape[0])[:, None]
     rb, ra = xb - table[rows, slots_b], xa - table[rows, slots_a]
     scale = rb.std(axis=1, keepdims=True)  # (T, 1, D)
     scale = np.where(scale > 1e-12, scale, 1.0)
-    rb, ra = _remove_common_modes(rb / scale, ra / scale, settings.common_modes)
+    rb, ra = _remove_common_modes(rb / scale, ra / scale,
+                                  settings.common_modes if modes is None else modes)
     n_b, n_a = rb.shape[1], ra.shape[1]
     local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
     z = _level_shift_z_stacked(rb, ra, local)  # (T, D)
     shift = (ra.mean(axis=1) - rb[:, -local:].mean(axis=1)) * scale[:, 0]  # source units
-    z = np.where(np.isfinite(z), z, 0.0)
-    z2 = np.sort(z ** 2, axis=1)
-    values = z2[:, -min(settings.top_k, z2.shape[1]):].mean(axis=1) if z2.shape[1] else \
-        np.full(len(pairs), np.nan)
-    cols = pairs[0][0].columns  # one Index for every frame: built from a list, 4 per window
-    return [Detection(value=float(values[k]), z=pd.Series(z[k], index=cols),
-                      before_residuals=pd.DataFrame(rb[k], index=b.index, columns=cols),
-                      after_residuals=pd.DataFrame(ra[k], index=a.index, columns=cols),
-                      shift=pd.Series(np.nan_to_num(shift[k]), index=cols))
-            for k, (b, a) in enumerate(pairs)]
+    return np.where(np.isfinite(z), z, 0.0), rb, ra, shift
 
 
 def _profile_tables(xb: np.ndarray, slots: np.ndarray, period: Period) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
 from engine.live.engine_power import ENGINE_STATISTIC
-from engine.live.residual_shift import STATISTIC
+from engine.live.residual_shift import STATISTIC, uncovered_slots
 from monitor.decision.sensor_rows import (
     add_engine_scores,
     by_name,
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _f = finite  # value -> rounded float, None when not finite
+#: the share of the level an inspection is judged at while its after window holds hours
+#: of the week its history has not seen (docs/decision.md, "The first weekend")
+UNCOVERED_LEVEL_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,11 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
 
     d = decision
     det = prepared.detection if prepared is not None else \
-        detect(w.before_raw, w.after_raw, d.detector)
+        detect(w.before_raw, w.after_raw, d.detector, w.spread)
     hist = np.asarray([] if history is None else history, dtype=float)
-    hist = hist.reshape(-1, 2) if hist.ndim == 2 or hist.size == 0 else \
-        np.column_stack([hist, np.full(hist.size, np.nan)])
+    if hist.ndim == 1 and hist.size:
+        hist = np.column_stack([hist, np.full(hist.size, np.nan)])
+    hist = hist.reshape(-1, hist.shape[1] if hist.ndim == 2 else 2)
     level_hist = hist[:, 0]
     engine_hist = hist[np.isfinite(hist[:, 1]), 1]
     cal = d.calibration
@@ -141,7 +145,9 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     # shift the statistic measured (profile, local level and common mode accounted for)
     raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)
     expected = {s: float(raw_after[s] - shift[s]) for s in labels}
-    evidence = [abs(z[s]) for s in labels]  # the sensors' share of the statistic
+    z_spread = by_name(det.z_spread)
+    strength = det.evidence()
+    evidence = [strength[s] for s in labels]  # the sensors' share of the statistic
     sel, power = engine_part(det, d, engine,
                              None if prepared is None else prepared.engine_fit)
     engine_scores: dict[str, float] = {}
@@ -161,9 +167,20 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
                               f"{_history_span(cal.min_count, cal)} of history; "
                               "no alert until then (backfill the source's history, "
                               "or wait)")
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected)
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread)
         add_engine_scores(result, engine_scores)
         return
+    level = cal.level
+    if hist.shape[1] > 2:
+        # hours of the week the history has not seen (data that begin on a Monday, on
+        # their first weekend): judged at a tenth of the level
+        offsets = (w.after_raw.index - w.t).total_seconds().to_numpy(dtype=float)
+        uncovered = uncovered_slots(hist[:, 2], offsets, w.t.timestamp(), d.detector.period)
+        block.extra["uncovered_slots"] = uncovered
+        if uncovered:
+            level = cal.level * UNCOVERED_LEVEL_SHARE
+            block.level = _f(level, 8)
+            block.extra["nominal_level"] = _f(cal.level, 8)
     level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
     p_level = level_fit.pvalue(det.value)
     # how far a short history reaches: its own values give p >= 1 / (n + 1); below that
@@ -175,18 +192,18 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         engine_fit = TailFit.of(engine_hist)
         p_engine = engine_fit.pvalue(power)
         part.p_value = _f(p_engine, 10)
-        part.threshold = _f(engine_fit.threshold(cal.level * d.engine_weight))
+        part.threshold = _f(engine_fit.threshold(level * d.engine_weight))
     combined = combine(p_level, p_engine, d.engine_weight)
     # the level part's share of the level: all of it while the engine part cannot vote
-    level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
+    level_share = level * (1 - d.engine_weight) if p_engine is not None else level
     limit = level_fit.threshold(level_share)
     block.p_value = _f(combined.p_value, 10)
     block.level_p_value = _f(p_level, 10)
     block.threshold = _f(limit)
     result.test.p_value = _f(combined.p_value, 10)
-    if combined.p_value >= cal.level:
+    if combined.p_value >= level:
         result.status = "ok"
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected)
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread)
         add_engine_scores(result, engine_scores)
         return
     result.status = "firing"
@@ -197,13 +214,13 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
                                                           key=engine_scores.__getitem__)}
         scores = [engine_scores.get(s, 0.0) for s in labels]
-        fill_sensor_rows(result, w, labels, scores, chosen, z, expected)
+        fill_sensor_rows(result, w, labels, scores, chosen, z, expected, z_spread)
     else:
         # Named by the level part: every sensor whose z**2 alone clears its threshold (at
         # least the strongest), ranked by |z|.
-        named = {s for s in labels if z[s] ** 2 >= limit} or {
-            max(labels, key=lambda s: abs(z[s]))}
-        fill_sensor_rows(result, w, labels, evidence, named, z, expected)
+        named = {s for s in labels if strength[s] ** 2 >= limit} or {
+            max(labels, key=lambda s: strength[s])}
+        fill_sensor_rows(result, w, labels, evidence, named, z, expected, z_spread)
     add_engine_scores(result, engine_scores)
     if sel is not None:
         result.engine = EngineBlock.from_dict(sel.to_dict())

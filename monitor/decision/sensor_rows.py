@@ -33,11 +33,14 @@ def means_by_name(frame: pd.DataFrame) -> dict[str, float]:
 def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
                      z: dict[str, float] | None = None,
-                     expected: dict[str, float] | None = None) -> None:
+                     expected: dict[str, float] | None = None,
+                     z_spread: dict[str, float] | None = None) -> None:
     """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors`` (the
     ``chosen`` ones, by rank). ``expected``: each sensor's expected after-window level,
-    which its ``change`` text is stated against (else its before-window mean)."""
+    which its ``change`` text is stated against (else its before-window mean).
+    ``z_spread``: the spread channel's weighted ``z`` of the sensors that have one."""
     z = z or {}
+    z_spread = z_spread or {}
     order = sorted(range(len(labels)),
                    key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
                                   -abs(z.get(labels[i], 0.0)), labels[i]))
@@ -51,6 +54,7 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
             mean_before=_f(mb[name]), mean_after=_f(ma[name]),
             raw_mean_before=_f(rb[name]), raw_mean_after=_f(ra[name]),
             z=_f(z[name], 4) if name in z else None,
+            z_spread=_f(z_spread[name], 4) if name in z_spread else None,
             expected_after=_f(expected[name]) if expected and name in expected else None,
             change=(format_deviation(_f(ra[name]), _f(expected[name]))
                     if expected and name in expected

@@ -109,10 +109,13 @@ class SiteTracker:
 
     def history_at(self, t: datetime) -> np.ndarray:
         """Values whose after window ended by ``t`` and that lie within the history span:
-        (n, 2), the level statistic and the engine statistic (NaN where not computed)."""
-        rows = [self.history[th] for th in self._history_times(t)]
-        return np.array([(level, np.nan if engine is None else engine)
-                         for level, engine in rows], dtype=float).reshape(-1, 2)
+        (n, 3), the level statistic, the engine statistic (NaN where not computed) and the
+        inspection time of each (seconds since the epoch: which hours of the week the
+        history has seen)."""
+        times = self._history_times(t)
+        return np.array([(level, np.nan if engine is None else engine, th.timestamp())
+                         for th in times for level, engine in (self.history[th],)],
+                        dtype=float).reshape(-1, 3)
 
     def _history_times(self, t: datetime) -> list[datetime]:
         after = self.inspector.spec.after
@@ -167,7 +170,10 @@ class SiteTracker:
     def _normal(self, detection: dict[str, Any], t: datetime) -> bool:
         if self.quarantine_until is not None and t < self.quarantine_until:
             return False
-        p, level = detection.get("p_value"), detection.get("level")
+        # the nominal level: a result judged at a stricter one (slots its history has not
+        # seen) keeps the same values out of the history as any other
+        p = detection.get("p_value")
+        level = detection.get("nominal_level", detection.get("level"))
         return p is None or level is None or float(p) >= PRE_ALERT * float(level)
 
     def _step(self, result: dict[str, Any], t: datetime, status: Any,

@@ -75,9 +75,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the calibration history a job carries: (level, engine statistic) per past time, the
-#: engine statistic NaN where it was not computed (``SiteTracker.history_at``'s rows)
-JobHistory = tuple[tuple[float, float], ...]
+#: the calibration history a job carries: (level, engine statistic, inspection time in
+#: seconds since the epoch) per past time, the engine statistic NaN where it was not
+#: computed (``SiteTracker.history_at``'s rows; older callers' two columns are kept as they
+#: are, the time unknown)
+JobHistory = tuple[tuple[float, ...], ...]
 
 __all__ = ["WORKER_DEATHS", "InspectionBatch", "InspectionJob", "InspectorSettings", "JobError",
            "SourceRead", "WorkerDeaths", "killed_worker", "run_batch", "run_detect",
@@ -348,7 +350,7 @@ def _carried_reader(frame: pd.DataFrame | None, source: SourceRead | None,
 
 
 def _history(values: np.ndarray | JobHistory | None) -> JobHistory | None:
-    """``history_at``'s (n, 2) array as plain tuples (small to pickle); a one-column
+    """``history_at``'s (n, 3) array as plain tuples (small to pickle); a one-column
     history (the level statistic alone) gets NaN engine values."""
     if values is None:
         return None
@@ -357,7 +359,8 @@ def _history(values: np.ndarray | JobHistory | None) -> JobHistory | None:
     rows = np.asarray(values, dtype=float)
     if rows.ndim == 1:
         rows = np.column_stack([rows, np.full(rows.size, np.nan)])
-    return tuple((float(level), float(engine)) for level, engine in rows.reshape(-1, 2))
+    rows = rows.reshape(-1, rows.shape[1] if rows.ndim == 2 else 2)
+    return tuple(tuple(float(v) for v in row) for row in rows)
 
 
 def run_job(job: InspectionJob) -> dict[str, Any]:

@@ -12,6 +12,7 @@ sensor list), and keeping its ledger rows under its id
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +21,7 @@ from connectors.base import ConnectorError, Reading, WindowSource
 from connectors.ratelimit import RateLimitedLog
 from connectors.timeutil import format_duration, iso
 from engine.live.engine_power import ENGINE_PART_VERSION
+from engine.live.residual_shift import LEVEL_STATISTIC_VERSION
 from monitor.decision.tracker import SiteTracker, history_times
 from monitor.inspection import Inspector, Outcome
 from monitor.schedule import InspectionPlan
@@ -98,6 +100,31 @@ def current_engine_statistics(state: Ledger, rows: list[tuple[float, HistoryValu
         rows = [(t, (level, None)) for t, (level, _) in rows]
     state.set_meta(ENGINE_PART_META, version)
     return rows
+
+
+LEVEL_STATISTIC_META = "level_statistic"
+
+
+def current_level_statistics(state: Ledger, rows: list[tuple[float, HistoryValue]],
+                             version: str, where: str = ""
+                             ) -> tuple[list[tuple[float, HistoryValue]], bool]:
+    """``rows`` of the calibration history, or none when the state does not say its level
+    values were computed as ``version`` computes them (then they are dropped from
+    ``state`` too, and True says so): values of an earlier level statistic would set the
+    threshold of another one. The caller computes the history again from the source's
+    past where it can, as on a first start. The state is marked with ``version``."""
+    stored = state.get_meta(LEVEL_STATISTIC_META)
+    reset = stored != version and bool(rows)
+    if reset:
+        state.prune_history(math.inf)
+        log.warning("calibration%s: the level statistic is computed differently since this "
+                    "version (%s; the state holds %s): its %d stored values were dropped "
+                    "and the history is computed again from the source where it holds the "
+                    "past", where, version, stored or "values of an earlier version",
+                    len(rows))
+        rows = []
+    state.set_meta(LEVEL_STATISTIC_META, version)
+    return rows, reset
 
 
 class SiteRouter:
@@ -285,10 +312,12 @@ class SiteRunner:
         assert self.tracker is not None
         span = self.inspector.decision.calibration.history
         where = "" if self.site is None else f" of site {self.site}"
-        rows = current_engine_statistics(
+        rows, reset = current_level_statistics(
             self.state, self.state.history((first - span).timestamp()),
-            ENGINE_PART_VERSION, where)
-        if not rows and self.state.last_done() is None and self.inspector.calibrated:
+            LEVEL_STATISTIC_VERSION, where)
+        rows = current_engine_statistics(self.state, rows, ENGINE_PART_VERSION, where)
+        if not rows and (reset or self.state.last_done() is None) \
+                and self.inspector.calibrated:
             times = history_times(self.inspector, first)
             added = self.tracker.backfill(times, self.read_window)
             rows = [(th.timestamp(), v) for th, v in sorted(self.tracker.history.items())]

@@ -13,7 +13,7 @@ import engine.live.reference
 import engine.live.residual_shift
 from engine.live.onset import estimate_onset, mean_shift_scan
 from engine.live.reference import Reference
-from engine.live.residual_shift import DetectionError, DetectorSettings
+from engine.live.residual_shift import DetectionError, DetectorSettings, SpreadChannels
 
 
 @pytest.mark.parametrize("module", [engine.live.onset, engine.live.reference,
@@ -276,3 +276,53 @@ def test_profile_slots_are_the_calendar_hour_and_weekend(unit, tz):
     assert np.array_equal(_slots(index, "day"), hour)
     assert np.array_equal(_slots(index, "week"), hour + 24 * weekend)
     assert not _slots(index, "none").any()
+
+
+def _noisy_sensor_windows(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, SpreadChannels]:
+    """Hourly means and log within-hour spreads of 6 sensors over 7 days + 16 h, sensor
+    "c" ten times as noisy in the after window at an unchanged mean: its hourly means move
+    by a third of their spread, its log spread by log(10)."""
+    rng = np.random.default_rng(seed)
+    idx = pd.date_range("2024-01-01", periods=168 + 16, freq="h", tz="UTC")
+    cols = list("abcdef")
+    means = pd.DataFrame(rng.normal(0, 1, (len(idx), 6)), index=idx, columns=cols)
+    spread = pd.DataFrame(rng.normal(np.log(0.3), 0.3, (len(idx), 6)), index=idx,
+                          columns=cols)
+    means.iloc[168:, 2] *= 1.3
+    spread.iloc[168:, 2] += np.log(10)
+    values = spread.to_numpy()
+    return means.iloc[:168], means.iloc[168:], SpreadChannels(tuple(cols), values[:168],
+                                                              values[168:])
+
+
+def test_a_sensor_turned_noisy_is_seen_by_its_spread_channel() -> None:
+    """The spread channel's z (times spread_weight) enters the statistic beside the level
+    z; with the weight 0 the statistic is the level part's alone."""
+    from engine.live.residual_shift import detect
+
+    before, after, spread = _noisy_sensor_windows(0)
+    settings = DetectorSettings(local_level_rows=24)
+    with_spread = detect(before, after, settings, spread)
+    level_only = detect(before, after, DetectorSettings(local_level_rows=24, spread_weight=0))
+    assert abs(with_spread.z["c"]) < 4  # the hourly means barely move
+    assert with_spread.z_spread["c"] > 10 * settings.spread_weight
+    assert with_spread.value == pytest.approx(with_spread.z_spread["c"] ** 2)
+    assert level_only.value == pytest.approx(float((level_only.z ** 2).max()))
+    assert level_only.z_spread.empty
+    pd.testing.assert_series_equal(with_spread.z, level_only.z)
+    evidence = with_spread.evidence()
+    assert max(evidence, key=evidence.__getitem__) == "c"
+
+
+def test_spread_channels_in_a_batch_equal_one_at_a_time() -> None:
+    """detect_many with spreads gives each pair's own numbers, to the bit."""
+    from engine.live.residual_shift import detect, detect_many
+
+    settings = DetectorSettings(local_level_rows=24)
+    cases = [_noisy_sensor_windows(seed) for seed in range(3)]
+    many = detect_many([(b, a) for b, a, _ in cases], settings, [s for _, _, s in cases])
+    for (b, a, s), got in zip(cases, many, strict=True):
+        one = detect(b, a, settings, s)
+        assert not isinstance(got, DetectionError)
+        assert got.value == one.value
+        pd.testing.assert_series_equal(got.z_spread, one.z_spread, check_exact=True)

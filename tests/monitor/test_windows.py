@@ -228,6 +228,11 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
             pd.testing.assert_frame_equal(getattr(got, name), getattr(want, name),
                                           check_exact=True, check_freq=False)
         assert got.data_quality == want.data_quality
+        # about 8 readings an hour: the spread channels are there, and equal too
+        assert want.spread is not None and got.spread is not None
+        assert got.spread.names == want.spread.names
+        np.testing.assert_array_equal(got.spread.before, want.spread.before)
+        np.testing.assert_array_equal(got.spread.after, want.spread.after)
         compared += 1
     assert compared >= 28
     assert len(span._grids) == 3  # one per offset, however many windows start there
@@ -323,3 +328,45 @@ def test_windows_without_a_gap_are_not_interpolated_and_equal_the_filled_ones(ho
             pd.testing.assert_frame_equal(got, want, check_exact=True,
                                           check_column_type=False)
         assert w.data_quality["missing_fraction"] == (0.0 if data is rows else round(1 / 36, 6))
+
+
+def _five_minute(start: pd.Timestamp, hours: int, noise: dict[str, float],
+                 rng: np.random.Generator) -> pd.DataFrame:
+    """Sensors at 5-minute readings: a daily cycle plus white noise of sd ``noise[s]``
+    (0: the sensor is frozen at its level)."""
+    times = pd.date_range(start, periods=hours * 12, freq="5min")
+    cycle = np.sin(2 * np.pi * np.arange(len(times)) / 288)
+    frames = [pd.DataFrame({"time": times, "sensor": s,
+                            "value": 50 + (cycle + rng.normal(0, sd, len(times)) if sd else 0.0)})
+              for s, sd in noise.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_spread_channels_are_the_log_spread_within_each_bin():
+    """5-minute readings in hourly bins give each sensor a spread channel: log(sd + floor),
+    the floor a tenth of its median spread before; a sensor frozen in the after window
+    reads log(floor) there, and its hourly means hardly say so."""
+    from monitor.windows import SPREAD_FLOOR
+
+    rng = np.random.default_rng(0)
+    before = _five_minute(T - pd.Timedelta(hours=6), 6, {"a": 0.1, "b": 0.1}, rng)
+    after = _five_minute(T, 6, {"a": 0.1, "b": 0.0}, rng)
+    after.loc[after["sensor"] == "b", "value"] = 50.0  # frozen at its level
+    w = build_windows(pd.concat([before, after], ignore_index=True), T, SPEC)
+    assert w.spread is not None and w.spread.names == ("a", "b")
+    assert w.spread.before.shape == (6, 2) and w.spread.after.shape == (6, 2)
+    sds = before.assign(h=before["time"].dt.floor("h")).groupby(["sensor", "h"])["value"].std()
+    floor_a = SPREAD_FLOOR * float(np.median(sds["a"].to_numpy()))
+    floor_b = SPREAD_FLOOR * float(np.median(sds["b"].to_numpy()))
+    np.testing.assert_allclose(w.spread.before[:, 0], np.log(sds["a"].to_numpy() + floor_a))
+    np.testing.assert_allclose(w.spread.after[:, 1], np.log(floor_b))
+    assert (w.spread.after[:, 0] > np.log(floor_a) + 1).all()
+
+
+def test_hourly_readings_in_hourly_bins_have_no_spread_channel():
+    """One or two readings a bin say nothing of a spread: no channel (SKAB's one-second
+    readings in two-second bins are such data)."""
+    rows = grid("a", T - pd.Timedelta(hours=6), 12, 60, minute_value) + \
+        grid("b", T - pd.Timedelta(hours=6), 12, 30, minute_value)
+    w = build_windows(readings(rows), T, SPEC)
+    assert w.spread is None

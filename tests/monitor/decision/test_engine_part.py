@@ -240,3 +240,36 @@ def test_engine_statistics_of_an_earlier_version_are_dropped_and_the_level_kept(
     assert fresh.get_meta(ENGINE_PART_META) == "v2" and not caplog.text
     for s in (state, fresh):
         s.close()
+
+
+def test_level_statistics_of_an_earlier_version_are_dropped_for_a_new_history(
+        tmp_path, caplog) -> None:
+    """A state written before the level statistic gained its spread channels (issue 28)
+    holds values of another statistic: all of them are dropped, with a warning, and the
+    caller is told to compute the history again; each site's own history is checked when
+    that site loads it; a fresh state is marked without a word."""
+    from monitor.fleet.sites import LEVEL_STATISTIC_META, current_level_statistics
+    from monitor.storage.state import AgentState
+
+    state = AgentState(tmp_path / "state.sqlite")
+    state.add_history([(100.0, (4.5, 0.7)), (200.0, (5.0, 0.8))])
+    north = state.for_site("north")
+    north.add_history([(100.0, (3.0, 0.5))])
+    with caplog.at_level(logging.WARNING, logger="monitor.fleet.sites"):
+        rows, reset = current_level_statistics(state, state.history(0.0), "v2")
+    assert (rows, reset) == ([], True)
+    assert state.history(0.0) == []
+    assert state.get_meta(LEVEL_STATISTIC_META) == "v2"
+    assert "2 stored values were dropped" in caplog.text
+    assert north.history(0.0) == [(100.0, (3.0, 0.5))]
+    assert current_level_statistics(north, north.history(0.0), "v2") == ([], True)
+    # values this version computed stay
+    state.add_history([(300.0, (6.0, 0.9))])
+    caplog.clear()
+    assert current_level_statistics(state, state.history(0.0), "v2") == (
+        [(300.0, (6.0, 0.9))], False)
+    fresh = AgentState(tmp_path / "fresh.sqlite")
+    assert current_level_statistics(fresh, [], "v2") == ([], False)
+    assert fresh.get_meta(LEVEL_STATISTIC_META) == "v2" and not caplog.text
+    for s in (state, fresh):
+        s.close()
