@@ -50,6 +50,14 @@ def format_deviation(observed: Any, expected: Any) -> str:
     return f"{observed:.{places}f} vs {expected:.{places}f} expected ({delta:+.{places}f})"
 
 
+def format_spread(before: float, after: float) -> str:
+    """``within-bin spread 0.686 vs 0.0640 before (x10.7)``: the median standard
+    deviation of the readings inside a bin, after against before, in the source's units
+    (a sensor named for turning noisy or freezing, whose mean may not move)."""
+    ratio = f"x{after / before:.3g}" if before > 0 else "from 0"
+    return f"within-bin spread {after:.3g} vs {before:.3g} before ({ratio})"
+
+
 def _short_time(t: datetime) -> str:
     return iso(t)[:16] + "Z"
 

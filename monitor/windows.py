@@ -272,7 +272,7 @@ def spread_channels(spreads: BinSpreads, sensors: list[str]) -> SpreadChannels |
     f = floor[keep]
     before, after = np.log(vb[:, keep] + f), np.log(va[:, keep] + f)
     return SpreadChannels(names, before if seen_b[:, keep].all() else _filled(before),
-                          after if seen_a[:, keep].all() else _filled(after))
+                          after if seen_a[:, keep].all() else _filled(after), f)
 
 
 def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,

@@ -291,11 +291,22 @@ def level_shift_z(rb: np.ndarray, ra: np.ndarray, local_rows: int) -> np.ndarray
 @dataclass(frozen=True)
 class SpreadChannels:
     """The log within-bin spread of the sensors that have one (step 5), on the rows of the
-    before and after windows: ``before`` (n_b, C), ``after`` (n_a, C), gaps filled."""
+    before and after windows: ``before`` (n_b, C), ``after`` (n_a, C), gaps filled;
+    ``floor`` (C,): what was added to each standard deviation before its log."""
 
     names: tuple[str, ...]
     before: np.ndarray
     after: np.ndarray
+    floor: np.ndarray | None = None
+
+    def medians(self) -> dict[str, tuple[float, float]]:
+        """Each channel's median within-bin standard deviation, before and after, in the
+        sensor's units (the floor taken off again)."""
+        floor = np.zeros(len(self.names)) if self.floor is None else self.floor
+        before = np.median(np.exp(self.before) - floor, axis=0)
+        after = np.median(np.exp(self.after) - floor, axis=0)
+        return {name: (float(max(b, 0.0)), float(max(a, 0.0)))
+                for name, b, a in zip(self.names, before, after, strict=True)}
 
 
 Spread = SpreadChannels | None

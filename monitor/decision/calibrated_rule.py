@@ -146,6 +146,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)
     expected = {s: float(raw_after[s] - shift[s]) for s in labels}
     z_spread = by_name(det.z_spread)
+    spreads = w.spread.medians() if w.spread is not None else {}
     strength = det.evidence()
     evidence = [strength[s] for s in labels]  # the sensors' share of the statistic
     sel, power = engine_part(det, d, engine,
@@ -167,7 +168,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
                               f"{_history_span(cal.min_count, cal)} of history; "
                               "no alert until then (backfill the source's history, "
                               "or wait)")
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread)
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
         add_engine_scores(result, engine_scores)
         return
     level = cal.level
@@ -203,7 +204,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     result.test.p_value = _f(combined.p_value, 10)
     if combined.p_value >= level:
         result.status = "ok"
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread)
+        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
         add_engine_scores(result, engine_scores)
         return
     result.status = "firing"
@@ -214,13 +215,13 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
                                                           key=engine_scores.__getitem__)}
         scores = [engine_scores.get(s, 0.0) for s in labels]
-        fill_sensor_rows(result, w, labels, scores, chosen, z, expected, z_spread)
+        fill_sensor_rows(result, w, labels, scores, chosen, z, expected, z_spread, spreads)
     else:
         # Named by the level part: every sensor whose z**2 alone clears its threshold (at
         # least the strongest), ranked by |z|.
         named = {s for s in labels if strength[s] ** 2 >= limit} or {
             max(labels, key=lambda s: strength[s])}
-        fill_sensor_rows(result, w, labels, evidence, named, z, expected, z_spread)
+        fill_sensor_rows(result, w, labels, evidence, named, z, expected, z_spread, spreads)
     add_engine_scores(result, engine_scores)
     if sel is not None:
         result.engine = EngineBlock.from_dict(sel.to_dict())

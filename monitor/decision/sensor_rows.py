@@ -5,7 +5,7 @@ import math
 from typing import TYPE_CHECKING
 
 from monitor.result import InspectionResult, SensorScore, finite
-from monitor.summary import format_change, format_deviation
+from monitor.summary import format_change, format_deviation, format_spread
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,13 +34,17 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
                      scores: list[float], chosen: set[str],
                      z: dict[str, float] | None = None,
                      expected: dict[str, float] | None = None,
-                     z_spread: dict[str, float] | None = None) -> None:
+                     z_spread: dict[str, float] | None = None,
+                     spreads: dict[str, tuple[float, float]] | None = None) -> None:
     """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors`` (the
     ``chosen`` ones, by rank). ``expected``: each sensor's expected after-window level,
     which its ``change`` text is stated against (else its before-window mean).
-    ``z_spread``: the spread channel's weighted ``z`` of the sensors that have one."""
+    ``z_spread``: the spread channel's weighted ``z`` of the sensors that have one;
+    ``spreads``: their median within-bin deviation before and after, which the ``change``
+    text states where ``|z_spread|`` exceeds ``|z|`` (the spread, not the mean, moved)."""
     z = z or {}
     z_spread = z_spread or {}
+    spreads = spreads or {}
     order = sorted(range(len(labels)),
                    key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
                                   -abs(z.get(labels[i], 0.0)), labels[i]))
@@ -56,7 +60,10 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
             z=_f(z[name], 4) if name in z else None,
             z_spread=_f(z_spread[name], 4) if name in z_spread else None,
             expected_after=_f(expected[name]) if expected and name in expected else None,
-            change=(format_deviation(_f(ra[name]), _f(expected[name]))
+            change=(format_spread(*spreads[name])
+                    if name in spreads and abs(z_spread.get(name, 0.0))
+                    > abs(z.get(name, 0.0))
+                    else format_deviation(_f(ra[name]), _f(expected[name]))
                     if expected and name in expected
                     else format_change(_f(rb[name]), _f(ra[name])))))
     result.sensors = rows

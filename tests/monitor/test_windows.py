@@ -361,6 +361,10 @@ def test_spread_channels_are_the_log_spread_within_each_bin():
     np.testing.assert_allclose(w.spread.before[:, 0], np.log(sds["a"].to_numpy() + floor_a))
     np.testing.assert_allclose(w.spread.after[:, 1], np.log(floor_b))
     assert (w.spread.after[:, 0] > np.log(floor_a) + 1).all()
+    # the medians the result states, in the source's units: b's after is frozen
+    medians = w.spread.medians()
+    assert medians["b"][0] == pytest.approx(float(np.median(sds["b"].to_numpy())))
+    assert medians["b"][1] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_hourly_readings_in_hourly_bins_have_no_spread_channel():
