@@ -44,9 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _f = finite  # value -> rounded float, None when not finite
-#: the share of the level an inspection is judged at while its after window holds hours
-#: of the week its history has not seen (docs/decision.md, "The first weekend")
-UNCOVERED_LEVEL_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -171,17 +168,12 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
         add_engine_scores(result, engine_scores)
         return
-    level = cal.level
     if hist.shape[1] > 2:
         # hours of the week the history has not seen (data that begin on a Monday, on
-        # their first weekend): judged at a tenth of the level
+        # their first weekend): said, not acted on (docs/decision.md, "The first weekend")
         offsets = (w.after_raw.index - w.t).total_seconds().to_numpy(dtype=float)
-        uncovered = uncovered_slots(hist[:, 2], offsets, w.t.timestamp(), d.detector.period)
-        block.extra["uncovered_slots"] = uncovered
-        if uncovered:
-            level = cal.level * UNCOVERED_LEVEL_SHARE
-            block.level = _f(level, 8)
-            block.extra["nominal_level"] = _f(cal.level, 8)
+        block.extra["uncovered_slots"] = uncovered_slots(hist[:, 2], offsets, w.t.timestamp(),
+                                                         d.detector.period)
     level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold
     p_level = level_fit.pvalue(det.value)
     # how far a short history reaches: its own values give p >= 1 / (n + 1); below that
@@ -193,16 +185,16 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         engine_fit = TailFit.of(engine_hist)
         p_engine = engine_fit.pvalue(power)
         part.p_value = _f(p_engine, 10)
-        part.threshold = _f(engine_fit.threshold(level * d.engine_weight))
+        part.threshold = _f(engine_fit.threshold(cal.level * d.engine_weight))
     combined = combine(p_level, p_engine, d.engine_weight)
     # the level part's share of the level: all of it while the engine part cannot vote
-    level_share = level * (1 - d.engine_weight) if p_engine is not None else level
+    level_share = cal.level * (1 - d.engine_weight) if p_engine is not None else cal.level
     limit = level_fit.threshold(level_share)
     block.p_value = _f(combined.p_value, 10)
     block.level_p_value = _f(p_level, 10)
     block.threshold = _f(limit)
     result.test.p_value = _f(combined.p_value, 10)
-    if combined.p_value >= level:
+    if combined.p_value >= cal.level:
         result.status = "ok"
         fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
         add_engine_scores(result, engine_scores)

@@ -170,10 +170,7 @@ class SiteTracker:
     def _normal(self, detection: dict[str, Any], t: datetime) -> bool:
         if self.quarantine_until is not None and t < self.quarantine_until:
             return False
-        # the nominal level: a result judged at a stricter one (slots its history has not
-        # seen) keeps the same values out of the history as any other
-        p = detection.get("p_value")
-        level = detection.get("nominal_level", detection.get("level"))
+        p, level = detection.get("p_value"), detection.get("level")
         return p is None or level is None or float(p) >= PRE_ALERT * float(level)
 
     def _step(self, result: dict[str, Any], t: datetime, status: Any,
