@@ -51,7 +51,7 @@ def format_deviation(observed: Any, expected: Any) -> str:
 
 
 def format_spread(before: float, after: float) -> str:
-    """``within-bin spread 0.686 vs 0.0640 before (x10.7)``: the median standard
+    """``within-bin spread 0.686 vs 0.064 before (x10.7)``: the median standard
     deviation of the readings inside a bin, after against before, in the source's units
     (a sensor named for turning noisy or freezing, whose mean may not move)."""
     ratio = f"x{after / before:.3g}" if before > 0 else "from 0"
