@@ -188,28 +188,11 @@ def resample_spread(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timesta
     """The standard deviation of each sensor's readings in each bin of
     :func:`resample_window` (NaN with fewer than 2), and how many readings each bin
     holds: two wide frames of its shape."""
-    step = pd.Timedelta(period)
-    n_bins = int((end - start) / step)
-    index = pd.date_range(start, periods=n_bins, freq=step, name="time")
-    empty = pd.DataFrame(index=index, dtype=float)
-    if readings.empty:
+    index, grouped = _binned(readings, start, end, period)
+    if grouped is None:
+        empty = pd.DataFrame(index=index, dtype=float)
         return empty, empty
-    times = readings["time"]
-    part = readings.loc[(times >= start) & (times < end), ["time", "sensor", "value"]]
-    part = part[np.isfinite(part["value"].to_numpy(dtype=float))]
-    part = part.drop_duplicates(["sensor", "time"], keep="last")
-    if part.empty:
-        return empty, empty
-    bins = ((part["time"] - start) // step).to_numpy(dtype=np.int64)
-    grouped = part.assign(_bin=bins).groupby(["_bin", "sensor"], sort=False)["value"]
-    out = []
-    for agg in (grouped.std(), grouped.count()):
-        wide = agg.unstack("sensor").reindex(range(n_bins))
-        wide.index = index
-        wide.columns = wide.columns.astype(str)
-        wide.columns.name = None
-        out.append(wide.sort_index(axis=1).astype(float))
-    return out[0], out[1]
+    return _wide(grouped.std(), index), _wide(grouped.count(), index)
 
 
 @dataclass(frozen=True)
@@ -283,27 +266,39 @@ def resample_window(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timesta
     Returns a wide frame: index = every bin start (``(end - start) / period`` rows, empty
     bins NaN), columns = sensors seen in the window, sorted.
     """
-    step = pd.Timedelta(period)
-    n_bins = int((end - start) / step)
-    index = pd.date_range(start, periods=n_bins, freq=step, name="time")
-    if readings.empty:
+    index, grouped = _binned(readings, start, end, period,
+                             in_time_order=aggregate in ("first", "last"))
+    if grouped is None:
         return pd.DataFrame(index=index, dtype=float)
+    return _wide(getattr(grouped, aggregate)(), index)
+
+
+def _binned(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
+            period: timedelta, in_time_order: bool = False
+            ) -> tuple[pd.DatetimeIndex, Any]:
+    """The bins' start times of ``[start, end)`` and the finite readings in it grouped by
+    (bin, sensor), one reading per (sensor, time); None for the groups when there is no
+    reading. ``in_time_order``: each group's readings sorted by time (first, last)."""
+    step = pd.Timedelta(period)
+    index = pd.date_range(start, periods=int((end - start) / step), freq=step, name="time")
+    if readings.empty:
+        return index, None
     times = readings["time"]
-    inside = (times >= start) & (times < end)
-    part = readings.loc[inside, ["time", "sensor", "value"]]
+    part = readings.loc[(times >= start) & (times < end), ["time", "sensor", "value"]]
     part = part[np.isfinite(part["value"].to_numpy(dtype=float))]
     # one reading per (sensor, time), the last one given wins, as in the store
     part = part.drop_duplicates(["sensor", "time"], keep="last")
     if part.empty:
-        return pd.DataFrame(index=index, dtype=float)
-    bins = ((part["time"] - start) // step).to_numpy(dtype=np.int64)
-    if aggregate in ("first", "last"):
-        part = part.assign(_bin=bins).sort_values("time", kind="stable")
-    else:
-        part = part.assign(_bin=bins)
-    grouped = part.groupby(["_bin", "sensor"], sort=False)["value"]
-    agg = getattr(grouped, aggregate)()
-    wide = agg.unstack("sensor").reindex(range(n_bins))
+        return index, None
+    part = part.assign(_bin=((part["time"] - start) // step).to_numpy(dtype=np.int64))
+    if in_time_order:
+        part = part.sort_values("time", kind="stable")
+    return index, part.groupby(["_bin", "sensor"], sort=False)["value"]
+
+
+def _wide(agg: pd.Series, index: pd.DatetimeIndex) -> pd.DataFrame:
+    """A (bin, sensor) aggregate as a wide frame on ``index``, sensors sorted."""
+    wide = agg.unstack("sensor").reindex(range(len(index)))
     wide.index = index
     wide.columns = wide.columns.astype(str)
     wide.columns.name = None

@@ -115,13 +115,19 @@ def _slots(index: pd.DatetimeIndex, period: Period | bool) -> np.ndarray:
     if index.tz is None or str(index.tz) == "UTC":
         # from the epoch, in the index's unit: pandas' calendar fields cost more than the
         # statistic
-        hours = index.asi8 // (3600 * _PER_SECOND[index.unit])
-        hour = hours % 24
-        day_of_week = (hours // 24 + 3) % 7  # 1970-01-01 was a Thursday (Monday = 0)
-    else:
-        hour, day_of_week = np.asarray(index.hour), np.asarray(index.day_of_week)
+        return _hour_slots(index.asi8 // (3600 * _PER_SECOND[index.unit]), period)
+    hour, day_of_week = np.asarray(index.hour), np.asarray(index.day_of_week)
     if period == "day":
         return np.asarray(hour, dtype=np.int64)
+    return np.asarray(hour + 24 * (day_of_week >= 5), dtype=np.int64)
+
+
+def _hour_slots(hours: np.ndarray, period: Period) -> np.ndarray:
+    """The slot of each UTC hour counted from the epoch (any shape), "day" or "week"."""
+    hour = hours % 24
+    if period == "day":
+        return np.asarray(hour, dtype=np.int64)
+    day_of_week = (hours // 24 + 3) % 7  # 1970-01-01 was a Thursday (Monday = 0)
     return np.asarray(hour + 24 * (day_of_week >= 5), dtype=np.int64)
 
 
@@ -130,10 +136,7 @@ def slots_at(seconds: np.ndarray, period: Period) -> np.ndarray:
     if period == "none":
         return np.zeros(np.shape(seconds), dtype=np.int64)
     hours = np.floor_divide(np.asarray(seconds, dtype=np.float64), 3600).astype(np.int64)
-    hour = hours % 24
-    if period == "day":
-        return hour
-    return hour + 24 * ((hours // 24 + 3) % 7 >= 5)  # 1970-01-01 was a Thursday
+    return _hour_slots(hours, period)
 
 
 def uncovered_slots(history_times: np.ndarray, offsets: np.ndarray, t: float,
