@@ -203,13 +203,14 @@ class SensorScore:
     raw_mean_after: float | None = None
     z: float | None = None  # calibrated rule: the standardised level shift
     z_spread: float | None = None  # calibrated rule: the spread channel's z, weighted
+    z_cycle: float | None = None  # calibrated rule: the cycle channel's z, weighted
     engine_score: float | None = None  # calibrated rule, engine ran: its score beside |z|
     expected_after: float | None = None  # calibrated rule: what the profile expected, source units
     change: str | None = None  # the change in words and source units (monitor/summary.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     _KEYS = ("sensor_id", "rank", "score", "selected", "mean_before", "mean_after",
-             "raw_mean_before", "raw_mean_after", "z", "z_spread", "engine_score",
+             "raw_mean_before", "raw_mean_after", "z", "z_spread", "z_cycle", "engine_score",
              "expected_after", "change")
 
     def to_dict(self, *, with_z: bool = False, with_engine_score: bool = False
@@ -223,6 +224,8 @@ class SensorScore:
             out["z"] = self.z
         if self.z_spread is not None:
             out["z_spread"] = self.z_spread
+        if self.z_cycle is not None:
+            out["z_cycle"] = self.z_cycle
         if with_engine_score or self.engine_score is not None:
             out["engine_score"] = self.engine_score
         if self.expected_after is not None:
@@ -246,6 +249,7 @@ class SensorScore:
                    raw_mean_before=_num(data.get("raw_mean_before")),
                    raw_mean_after=_num(data.get("raw_mean_after")),
                    z=_num(data.get("z")), z_spread=_num(data.get("z_spread")),
+                   z_cycle=_num(data.get("z_cycle")),
                    engine_score=_num(data.get("engine_score")),
                    expected_after=_num(data.get("expected_after")),
                    change=data["change"] if isinstance(data.get("change"), str) else None,

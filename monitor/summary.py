@@ -58,6 +58,13 @@ def format_spread(before: float, after: float) -> str:
     return f"within-bin spread {after:.3g} vs {before:.3g} before ({ratio})"
 
 
+def format_cycle(factor: float) -> str:
+    """``daily cycle x0.52 of its profile``: the after window's deviations from the
+    sensor's daily mean against its hour-of-day profile's (a sensor named for a changed
+    daily cycle, whose mean may not move)."""
+    return f"daily cycle x{factor:.2g} of its profile"
+
+
 def _short_time(t: datetime) -> str:
     return iso(t)[:16] + "Z"
 

@@ -83,8 +83,8 @@ class TailFit:
         emp = (1 + at_least) / (n + 1)
         if value <= self.start or self.scale <= 0:
             return float(emp)
-        tail = (self.exceedances / (n + 1)) * math.exp(
-            -(math.log(value) - math.log(self.start)) / self.scale)
+        tail = (self.exceedances / (n + 1)) * predictive_exceedance(
+            math.log(value) - math.log(self.start), self.scale, self.exceedances)
         return float(min(emp, tail))
 
     def threshold(self, level: float) -> float:
@@ -103,6 +103,16 @@ class TailFit:
             mid = 0.5 * (lo + hi)
             lo, hi = (lo, mid) if self.pvalue(mid) < level else (mid, hi)
         return hi
+
+
+def predictive_exceedance(log_excess: float, scale: float, exceedances: int) -> float:
+    """P(a new log-exceedance > ``log_excess``) of an exponential tail whose mean
+    ``scale`` was estimated from ``exceedances`` values, the estimate's uncertainty
+    included: with the rate's Jeffreys prior its posterior is Gamma(k, k * scale), and the
+    predictive is the Lomax ``(1 + x / (k * scale)) ** -k`` (-> ``exp(-x / scale)`` as k
+    grows). Plugging the estimate in instead understates far tails from short histories."""
+    k = float(exceedances)
+    return math.exp(-k * math.log1p(log_excess / (k * scale)))
 
 
 def tail_pvalue(value: float, history: npt.ArrayLike) -> float:

@@ -28,6 +28,12 @@ history (:mod:`engine.live.calibration`):
    noisy or freezes at an unchanged mean moves its spread by a factor of 10 or more
    within each hour, while its hourly means hardly move (docs/decision.md, "The spread
    channels").
+6. **Cycle channels.** Where there is a daily profile, each sensor's residual times its
+   own profile's deviation from its mean (:func:`_cycle_channels`) is a channel too,
+   through steps 1-3 with the cross-sensor median and no principal directions; its ``z``
+   times ``cycle_weight`` joins step 4. A daily cycle halved leaves residuals of one sign
+   against the profile at every hour, which step 3's mean over part of a day cancels
+   (docs/decision.md, "The cycle channels").
 
 Shapes: ``before`` is (n_b, D), ``after`` (n_a, D), rows in time order, equally spaced.
 """
@@ -43,7 +49,7 @@ import pandas as pd
 STATISTIC = "residual-top-k"
 #: how the level statistic's values are computed: a state that holds values of another
 #: version has its history computed again (monitor.fleet.sites.current_level_statistics)
-LEVEL_STATISTIC_VERSION = "residual-top-k, spread channels (issue 28)"
+LEVEL_STATISTIC_VERSION = "residual-top-k, spread and cycle channels (issue 28)"
 #: the profile's slots (DetectorSettings.period)
 Period = Literal["week", "day", "none"]
 
@@ -59,6 +65,8 @@ class DetectorSettings:
     daily_profile: bool = True  # False: no hour-of-day profile (data without a daily cycle)
     #: the spread channels' ``z`` is multiplied by this in the statistic (step 5); 0: off
     spread_weight: float = 0.5
+    #: the cycle channels' ``z`` is multiplied by this in the statistic (step 6); 0: off
+    cycle_weight: float = 0.5
 
     @property
     def period(self) -> Period:
@@ -81,14 +89,21 @@ class Detection:
     #: per sensor with a spread channel: the same z of its log within-bin spread (empty:
     #: no such channel)
     z_spread: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+    #: per sensor: the same z of its residual times its own profile's deviation (empty:
+    #: no daily profile)
+    z_cycle: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
+    #: per sensor with a cycle channel: its after window's deviations from the before
+    #: window's mean against its profile's, as a factor (0.5: the daily cycle halved)
+    cycle_factor: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
 
     def evidence(self) -> dict[str, float]:
         """Each sensor's share of the statistic, by name: the larger of ``|z|`` and
         ``|z_spread|``."""
         out = {str(k): abs(v) for k, v in zip(self.z.index.tolist(), self.z.tolist(),
                                                 strict=True)}
-        for k, v in zip(self.z_spread.index.tolist(), self.z_spread.tolist(), strict=True):
-            out[str(k)] = max(out.get(str(k), 0.0), abs(v))
+        for extra in (self.z_spread, self.z_cycle):
+            for k, v in zip(extra.index.tolist(), extra.tolist(), strict=True):
+                out[str(k)] = max(out.get(str(k), 0.0), abs(v))
         return out
 
 
@@ -380,6 +395,12 @@ def _detect_stacked(pairs: list[tuple[pd.DataFrame, pd.DataFrame]],
     slots_a = np.stack([_slots(a.index, period) for _, a in pairs])
     z, rb, ra, shift = _channel_z(xb, xa, slots_b, slots_a, settings)
     z2 = z ** 2
+    z_cycle = factor = np.zeros((len(pairs), 0))
+    if settings.cycle_weight > 0 and period != "none":
+        cb, ca, factor = _cycle_channels(xb, xa, rb, ra, slots_b, slots_a, period)
+        z_cycle = _channel_z(cb, ca, slots_b, slots_a, settings, modes=0)[0]
+        z_cycle = z_cycle * settings.cycle_weight
+        z2 = np.concatenate([z2, z_cycle ** 2], axis=1)
     spread_cols: list[str] = []
     z_spread = np.zeros((len(pairs), 0))
     if settings.spread_weight > 0 and spreads and spreads[0] is not None:
@@ -396,12 +417,39 @@ def _detect_stacked(pairs: list[tuple[pd.DataFrame, pd.DataFrame]],
         np.full(len(pairs), np.nan)
     cols = pairs[0][0].columns  # one Index for every frame: built from a list, 4 per window
     spread_index = pd.Index(spread_cols)
+    cycle_index = cols if z_cycle.shape[1] else pd.Index([])
     return [Detection(value=float(values[k]), z=pd.Series(z[k], index=cols),
                       before_residuals=pd.DataFrame(rb[k], index=b.index, columns=cols),
                       after_residuals=pd.DataFrame(ra[k], index=a.index, columns=cols),
                       shift=pd.Series(np.nan_to_num(shift[k]), index=cols),
-                      z_spread=pd.Series(z_spread[k], index=spread_index, dtype=float))
+                      z_spread=pd.Series(z_spread[k], index=spread_index, dtype=float),
+                      z_cycle=pd.Series(z_cycle[k], index=cycle_index, dtype=float),
+                      cycle_factor=pd.Series(factor[k], index=cycle_index, dtype=float))
             for k, (b, a) in enumerate(pairs)]
+
+
+def _cycle_channels(xb: np.ndarray, xa: np.ndarray, rb: np.ndarray, ra: np.ndarray,
+                    slots_b: np.ndarray, slots_a: np.ndarray, period: Period
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 6: each residual (``rb`` (T, n_b, D), ``ra`` (T, n_a, D), from the raw
+    ``xb`` and ``xa``) times its sensor's profile deviation at the row's slot (the
+    profile less its before-window mean, over its root mean square), and each sensor's
+    cycle factor (T, D): 1 + the after window's raw residuals regressed on the profile
+    deviation (0.5: the cycle halved). A sensor whose daily cycle grows or shrinks by a
+    factor leaves residuals of one sign times its profile deviation at every hour, which
+    the level step's after-window mean of the residuals averages away over part of a
+    day."""
+    table = _profile_tables(xb, slots_b, period)  # (T, slots, D)
+    rows = np.arange(xb.shape[0])[:, None]
+    pb, pa = table[rows, slots_b], table[rows, slots_a]
+    centre = pb.mean(axis=1, keepdims=True)
+    db, da = pb - centre, pa - centre
+    rms = np.sqrt(np.mean(db ** 2, axis=1, keepdims=True))
+    rms = np.where(rms > 1e-12, rms, np.inf)  # no cycle: a channel of zeros
+    energy = (da ** 2).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        factor = 1 + np.where(energy > 0, ((xa - pa) * da).sum(axis=1) / energy, 0.0)
+    return rb * (db / rms), ra * (da / rms), factor
 
 
 def _channel_z(xb: np.ndarray, xa: np.ndarray, slots_b: np.ndarray, slots_a: np.ndarray,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -137,13 +138,15 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     result.detection = block
     result.test.decision = CALIBRATED
     labels = [str(c) for c in w.before.columns.tolist()]
-    z = by_name(det.z)
     # what the sensor was expected to read over the after window: its raw mean less the
     # shift the statistic measured (profile, local level and common mode accounted for)
     raw_after, shift = means_by_name(w.after_raw), by_name(det.shift)
     expected = {s: float(raw_after[s] - shift[s]) for s in labels}
-    z_spread = by_name(det.z_spread)
-    spreads = w.spread.medians() if w.spread is not None else {}
+    # every call names the same channels: their z and what the change text states
+    rows = partial(fill_sensor_rows, z=by_name(det.z), expected=expected,
+                   z_spread=by_name(det.z_spread),
+                   spreads=w.spread.medians() if w.spread is not None else {},
+                   z_cycle=by_name(det.z_cycle), cycles=by_name(det.cycle_factor))
     strength = det.evidence()
     evidence = [strength[s] for s in labels]  # the sensors' share of the statistic
     sel, power = engine_part(det, d, engine,
@@ -165,7 +168,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
                               f"{_history_span(cal.min_count, cal)} of history; "
                               "no alert until then (backfill the source's history, "
                               "or wait)")
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
+        rows(result, w, labels, evidence, set())
         add_engine_scores(result, engine_scores)
         return
     if hist.shape[1] > 2:
@@ -196,7 +199,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     result.test.p_value = _f(combined.p_value, 10)
     if combined.p_value >= cal.level:
         result.status = "ok"
-        fill_sensor_rows(result, w, labels, evidence, set(), z, expected, z_spread, spreads)
+        rows(result, w, labels, evidence, set())
         add_engine_scores(result, engine_scores)
         return
     result.status = "firing"
@@ -207,13 +210,13 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
         chosen = {str(c) for c in sel.candidates} or {max(engine_scores,
                                                           key=engine_scores.__getitem__)}
         scores = [engine_scores.get(s, 0.0) for s in labels]
-        fill_sensor_rows(result, w, labels, scores, chosen, z, expected, z_spread, spreads)
+        rows(result, w, labels, scores, chosen)
     else:
         # Named by the level part: every sensor whose z**2 alone clears its threshold (at
         # least the strongest), ranked by |z|.
         named = {s for s in labels if strength[s] ** 2 >= limit} or {
             max(labels, key=lambda s: strength[s])}
-        fill_sensor_rows(result, w, labels, evidence, named, z, expected, z_spread, spreads)
+        rows(result, w, labels, evidence, named)
     add_engine_scores(result, engine_scores)
     if sel is not None:
         result.engine = EngineBlock.from_dict(sel.to_dict())

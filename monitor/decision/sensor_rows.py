@@ -5,7 +5,7 @@ import math
 from typing import TYPE_CHECKING
 
 from monitor.result import InspectionResult, SensorScore, finite
-from monitor.summary import format_change, format_deviation, format_spread
+from monitor.summary import format_change, format_cycle, format_deviation, format_spread
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,16 +35,23 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
                      z: dict[str, float] | None = None,
                      expected: dict[str, float] | None = None,
                      z_spread: dict[str, float] | None = None,
-                     spreads: dict[str, tuple[float, float]] | None = None) -> None:
+                     spreads: dict[str, tuple[float, float]] | None = None,
+                     z_cycle: dict[str, float] | None = None,
+                     cycles: dict[str, float] | None = None) -> None:
     """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors`` (the
     ``chosen`` ones, by rank). ``expected``: each sensor's expected after-window level,
     which its ``change`` text is stated against (else its before-window mean).
     ``z_spread``: the spread channel's weighted ``z`` of the sensors that have one;
     ``spreads``: their median within-bin deviation before and after, which the ``change``
-    text states where ``|z_spread|`` exceeds ``|z|`` (the spread, not the mean, moved)."""
+    text states where ``|z_spread|`` exceeds ``|z|`` (the spread, not the mean, moved).
+    ``z_cycle``: the cycle channel's weighted ``z``; ``cycles``: each sensor's daily
+    cycle after against its profile's, which the text states where ``|z_cycle|`` is the
+    largest of the three."""
     z = z or {}
     z_spread = z_spread or {}
     spreads = spreads or {}
+    z_cycle = z_cycle or {}
+    cycles = cycles or {}
     order = sorted(range(len(labels)),
                    key=lambda i: (-scores[i] if math.isfinite(scores[i]) else math.inf,
                                   -abs(z.get(labels[i], 0.0)), labels[i]))
@@ -60,14 +67,29 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
             z=_f(z[name], 4) if name in z else None,
             z_spread=_f(z_spread[name], 4) if name in z_spread else None,
             expected_after=_f(expected[name]) if expected and name in expected else None,
-            change=(format_spread(*spreads[name])
-                    if name in spreads and abs(z_spread.get(name, 0.0))
-                    > abs(z.get(name, 0.0))
-                    else format_deviation(_f(ra[name]), _f(expected[name]))
-                    if expected and name in expected
-                    else format_change(_f(rb[name]), _f(ra[name])))))
+            z_cycle=_f(z_cycle[name], 4) if name in z_cycle else None,
+            change=_change_text(name, rb, ra, z, expected, z_spread, spreads, z_cycle,
+                                cycles)))
     result.sensors = rows
     result.selected_sensors = [s.sensor_id for s in rows if s.selected]
+
+
+def _change_text(name: str, rb: dict[str, float], ra: dict[str, float],
+                 z: dict[str, float], expected: dict[str, float] | None,
+                 z_spread: dict[str, float], spreads: dict[str, tuple[float, float]],
+                 z_cycle: dict[str, float], cycles: dict[str, float]) -> str:
+    """The sensor's change in words: of the channel with the largest ``|z|`` (its
+    level, its within-bin spread or its daily cycle)."""
+    level = abs(z.get(name, 0.0))
+    spread = abs(z_spread.get(name, 0.0)) if name in spreads else -1.0
+    cycle = abs(z_cycle.get(name, 0.0)) if name in cycles else -1.0
+    if spread > level and spread >= cycle:
+        return format_spread(*spreads[name])
+    if cycle > level:
+        return format_cycle(cycles[name])
+    if expected and name in expected:
+        return format_deviation(_f(ra[name]), _f(expected[name]))
+    return format_change(_f(rb[name]), _f(ra[name]))
 
 
 def add_engine_scores(result: InspectionResult, scores: dict[str, float]) -> None:
