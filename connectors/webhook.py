@@ -91,7 +91,9 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
                 alert["generatorURL"] = generator_url
         return alerts
     else:
-        ends = now + ttl if status == "firing" else now
+        # a firing within a change an ack accepted ends its alert, as a quiet result does
+        accepted = bool((result.get("detection") or {}).get("accepted"))
+        ends = now + ttl if status == "firing" and not accepted else now
         alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
                             "severity": severity},
                  "annotations": annotations, "startsAt": _iso(now), "endsAt": _iso(ends)}

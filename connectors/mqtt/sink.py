@@ -70,10 +70,13 @@ class MqttSinkConfig(MqttConnectionConfig):
 
 
 def is_alert(result: dict[str, Any]) -> bool:
-    """An incident event (docs/result.md, "Incidents"), or a firing result that predates incidents."""
+    """An incident event (docs/result.md, "Incidents"), or a firing result with no incident
+    that is not within a change an operator's ack accepted (``detection.accepted``)."""
     incident = result.get("incident")
     if incident:
         return bool(incident.get("event"))
+    if (result.get("detection") or {}).get("accepted"):
+        return False
     return result.get("status") == "firing"
 
 

@@ -194,7 +194,8 @@ class SiteTracker:
             fired = fired_sensors(result)
             if not self.open_incidents:
                 if self.accepted and set(fired) <= self.accepted:
-                    return None, None  # the accepted change, still in the sliding window
+                    mark_accepted(result)  # the accepted change, still in the sliding window
+                    return None, None
                 new = opened(result, **self._freeze(result, t, fired, read_window))
                 self.open_incidents.append(new)
                 return "opened", new
@@ -492,3 +493,19 @@ def history_times(inspector: Inspector, t: datetime) -> list[datetime]:
             out.append(th)
         th -= step
     return out[::-1]
+
+
+#: Appended to the summary of a firing result whose change an operator's ack accepted.
+ACCEPTED_NOTE = " (within the change an ack accepted: no incident, no alert)"
+
+
+def mark_accepted(result: dict[str, Any]) -> None:
+    """A firing result on sensors an ack accepted, whose change the sliding window still
+    holds: ``detection.accepted`` is true, so that sinks do not alert it again
+    (``connectors.mqtt.sink.is_alert``), and its summary says why."""
+    detection = result.get("detection")
+    if isinstance(detection, dict):
+        detection["accepted"] = True
+    summary = result.get("summary")
+    if isinstance(summary, str) and not summary.endswith(ACCEPTED_NOTE):
+        result["summary"] = summary + ACCEPTED_NOTE

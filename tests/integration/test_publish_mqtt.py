@@ -51,8 +51,10 @@ def _fingerprints(sub: Subscriber, topic: str) -> list[str]:
 def test_backfill_publish_twice_reaches_mqtt_and_jsonl_once(tmp_path, mosquitto):
     config = _config(tmp_path, mosquitto)
     sub = Subscriber(mosquitto, f"mmdwatch/{SITE}/#")
-    args = ("backfill", "--config", str(config), "--start", "2026-01-20T18:00",
-            "--end", "2026-01-22T06:00", "--every", "6h", "--method", "mmd-baseline",
+    # hourly around the first after windows that hold the change (2026-01-21 06:00): the
+    # incident opens at one of these times (a backfill writes only the times asked for)
+    args = ("backfill", "--config", str(config), "--start", "2026-01-20T14:00",
+            "--end", "2026-01-20T20:00", "--every", "1h", "--method", "mmd-baseline",
             "--engine-weight", "0",  # publishing is under test: no engine fit per hour
             "--publish")
     try:

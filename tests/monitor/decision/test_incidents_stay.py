@@ -13,7 +13,9 @@ import pytest
 
 from monitor.config import validate_config
 from monitor.decision.incidents import IncidentSettings
-from monitor.decision.tracker import SiteTracker, cached_reader
+from connectors.mqtt.sink import is_alert
+from connectors.webhook import alertmanager_body
+from monitor.decision.tracker import ACCEPTED_NOTE, SiteTracker, cached_reader
 from monitor.demo.simulate import Scenario, simulate
 from tests.monitor.decision.replay import Ack, replay
 
@@ -119,6 +121,35 @@ def test_an_ack_resolves_with_reason_accepted_and_nothing_reopens(persistent) ->
     assert results[-1]["incident"] is None
     # the reference moved on: later normal inspections join the history again
     assert max(tracker.history) > at
+
+
+def test_a_firing_within_the_accepted_change_alerts_no_sink_until_quiet_once() -> None:
+    """After an ack, the sliding window still holds the accepted change: a firing result on
+    the accepted sensors opens no incident, says so, and is no alert (MQTT ``alert``,
+    Alertmanager); after one quiet result the same sensors open a new incident."""
+    tracker = SiteTracker(_inspector(), IncidentSettings())
+    tracker.restore({"accepted": ["s01"]})
+    t = datetime(2026, 1, 15, tzinfo=UTC)
+
+    def result(k: int, status: str) -> dict[str, Any]:
+        return {"site": "sim", "inspection_time": (t + k * HOUR).isoformat(),
+                "status": status, "test": {"p_value": 1e-6}, "selected_sensors": ["s01"],
+                "sensors": [{"sensor_id": "s01", "z": 9.0}], "summary": "Change on s01",
+                "detection": {"value": 81.0, "p_value": 1e-6, "level": 1e-3}}
+
+    within = result(0, "firing")
+    assert tracker.observe(within) == (None, None)
+    assert within["incident"] is None and within["detection"]["accepted"] is True
+    assert within["summary"] == "Change on s01" + ACCEPTED_NOTE and not is_alert(within)
+    now = datetime(2026, 1, 15, 1, tzinfo=UTC)
+    [alert] = alertmanager_body(within, now=now, ttl=timedelta(hours=2), severity="warning")
+    assert alert["endsAt"] == alert["startsAt"]  # ended, as a quiet result's
+    quiet = result(1, "ok")
+    tracker.observe(quiet)
+    assert "accepted" not in quiet["detection"] and tracker.accepted == set()
+    again = result(2, "firing")
+    assert tracker.observe(again)[1] == "opened" and is_alert(again)
+    assert "accepted" not in again["detection"]
 
 
 def test_a_firing_value_and_a_pre_alert_value_stay_out_of_the_history() -> None:
