@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from functools import partial
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from connectors.timeutil import format_duration

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from monitor.config import validate_config
-from monitor.decision.incidents import IncidentSettings
 from connectors.mqtt.sink import is_alert
 from connectors.webhook import alertmanager_body
+from monitor.config import validate_config
+from monitor.decision.incidents import IncidentSettings
 from monitor.decision.tracker import ACCEPTED_NOTE, SiteTracker, cached_reader
 from monitor.demo.simulate import Scenario, simulate
 from tests.monitor.decision.replay import Ack, replay
