@@ -45,3 +45,14 @@ def replay(tracker: SiteTracker, frame: pd.DataFrame, first: datetime, *,
         tracker.observe(result, read, [ack] if ack else [])
         results.append(result)
     return results
+
+
+def replay_defaults(frame: pd.DataFrame, first: datetime) -> list[dict[str, Any]]:
+    """:func:`replay` of ``frame`` with the live defaults of a site on a file source."""
+    from monitor.compose import build_inspector
+    from monitor.config import validate_config
+    from monitor.decision.incidents import IncidentSettings
+
+    inspector = build_inspector(validate_config({
+        "site": "sim", "source": {"type": "file", "path": "x.csv"}}))
+    return replay(SiteTracker(inspector, IncidentSettings()), frame, first)

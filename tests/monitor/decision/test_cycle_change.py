@@ -6,10 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from monitor.config import validate_config
-from monitor.decision.incidents import IncidentSettings
-from monitor.decision.tracker import SiteTracker
-from tests.monitor.decision.replay import replay
+from tests.monitor.decision.replay import replay_defaults
 
 
 @pytest.mark.slow
@@ -19,7 +16,6 @@ def test_a_flattened_daily_cycle_is_named_by_its_cycle_channel() -> None:
     halved cycle of one sensor reach the level): the first firing result names it, by
     its cycle channel (``|z_cycle|`` above ``|z|``), its change text states the cycle's
     factor, near 0, and nothing fires before the change."""
-    from monitor.compose import build_inspector
     from monitor.demo.simulate import Scenario, simulate
 
     frame, _ = simulate(Scenario(days=16, change_at=None, seed=5))
@@ -30,10 +26,7 @@ def test_a_flattened_daily_cycle_is_named_by_its_cycle_channel() -> None:
     profile = values.groupby(hours[sensor & ~change]).mean() - values.mean()
     after = sensor & change
     frame.loc[after, "value"] -= profile.reindex(hours[after]).to_numpy()
-    inspector = build_inspector(validate_config({
-        "site": "sim", "source": {"type": "file", "path": "x.csv"}}))
-    results = replay(SiteTracker(inspector, IncidentSettings()), frame,
-                     datetime(2026, 1, 12, tzinfo=UTC))
+    results = replay_defaults(frame, datetime(2026, 1, 12, tzinfo=UTC))
     firing = [r for r in results if r["status"] == "firing"]
     assert firing, "the flattened cycle was not seen"
     first = firing[0]

@@ -7,10 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from monitor.config import validate_config
-from monitor.decision.incidents import IncidentSettings
-from monitor.decision.tracker import SiteTracker
-from tests.monitor.decision.replay import replay
+from tests.monitor.decision.replay import replay_defaults
 
 
 @pytest.mark.slow
@@ -19,7 +16,6 @@ def test_a_sensor_turned_noisy_is_named_by_its_spread() -> None:
     as noisy as its step-to-step spread from a Monday 06:00 on, its mean unchanged: the
     first firing result names it, by its spread channel (``z_spread`` above ``|z|``), and
     its change text and the summary state the within-bin spread, not the mean."""
-    from monitor.compose import build_inspector
     from monitor.demo.simulate import Scenario, simulate
 
     frame, _ = simulate(Scenario(days=16, change_at=None, seed=5))
@@ -28,10 +24,7 @@ def test_a_sensor_turned_noisy_is_named_by_its_spread() -> None:
     noisy = sensor & (frame["time"] >= "2026-01-19T06:00:00Z")
     frame.loc[noisy, "value"] += np.random.default_rng(0).normal(0, 10 * step_sd,
                                                                  int(noisy.sum()))
-    inspector = build_inspector(validate_config({
-        "site": "sim", "source": {"type": "file", "path": "x.csv"}}))
-    results = replay(SiteTracker(inspector, IncidentSettings()), frame,
-                     datetime(2026, 1, 12, tzinfo=UTC))
+    results = replay_defaults(frame, datetime(2026, 1, 12, tzinfo=UTC))
     firing = [r for r in results if r["status"] == "firing"]
     assert firing, "the noisy sensor was not seen"
     first = firing[0]
