@@ -97,8 +97,8 @@ class Detection:
     cycle_factor: pd.Series = field(default_factory=lambda: pd.Series(dtype=float))
 
     def evidence(self) -> dict[str, float]:
-        """Each sensor's share of the statistic, by name: the larger of ``|z|`` and
-        ``|z_spread|``."""
+        """Each sensor's share of the statistic, by name: the largest of ``|z|``,
+        ``|z_spread|`` and ``|z_cycle|``."""
         out = {str(k): abs(v) for k, v in zip(self.z.index.tolist(), self.z.tolist(),
                                                 strict=True)}
         for extra in (self.z_spread, self.z_cycle):
