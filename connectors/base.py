@@ -134,6 +134,12 @@ class WindowSource(abc.ABC):
         """Release resources."""
 
 
+def within_accepted_change(result: dict[str, Any]) -> bool:
+    """A firing result inside a change an operator's ack accepted (``detection.accepted``,
+    docs/result.md): no sink alerts it again."""
+    return bool((result.get("detection") or {}).get("accepted"))
+
+
 class Sink(abc.ABC):
     """Delivers inspection results (the JSON dict of docs/result.md) somewhere."""
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from connectors.base import Sink, SinkError
+from connectors.base import Sink, SinkError, within_accepted_change
 from connectors.json_safe import dumps, finite_or_none
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,7 @@ def alertmanager_body(result: dict[str, Any], *, now: datetime, ttl: timedelta,
         return alerts
     else:
         # a firing within a change an ack accepted ends its alert, as a quiet result does
-        accepted = bool((result.get("detection") or {}).get("accepted"))
-        ends = now + ttl if status == "firing" and not accepted else now
+        ends = now + ttl if status == "firing" and not within_accepted_change(result) else now
         alert = {"labels": {"alertname": "MmdwatchChange", "site": site,
                             "severity": severity},
                  "annotations": annotations, "startsAt": _iso(now), "endsAt": _iso(ends)}

@@ -28,7 +28,7 @@ import paho.mqtt.client as mqtt
 from pydantic import Field, field_validator
 
 from connectors.base import Sink as SinkBase
-from connectors.base import SinkError
+from connectors.base import SinkError, within_accepted_change
 from connectors.json_safe import dumps
 from connectors.mqtt.client import (
     MqttConnectionConfig,
@@ -75,7 +75,7 @@ def is_alert(result: dict[str, Any]) -> bool:
     incident = result.get("incident")
     if incident:
         return bool(incident.get("event"))
-    if (result.get("detection") or {}).get("accepted"):
+    if within_accepted_change(result):
         return False
     return result.get("status") == "firing"
 

@@ -218,6 +218,22 @@ def accept(current: Incident, t: str, by: str) -> Incident:
     return replace(current, state="resolved", resolved=t, reason="accepted", accepted_by=by)
 
 
+#: Appended to the summary of a firing result whose change an operator's ack accepted.
+ACCEPTED_NOTE = " (within the change an ack accepted: no incident, no alert)"
+
+
+def mark_accepted(result: dict[str, Any]) -> None:
+    """A firing result on sensors an ack accepted, whose change the sliding window still
+    holds: ``detection.accepted`` is true, so that sinks do not alert it again
+    (``connectors.mqtt.sink.is_alert``), and its summary says why."""
+    detection = result.get("detection")
+    if isinstance(detection, dict):
+        detection["accepted"] = True
+    summary = result.get("summary")
+    if isinstance(summary, str) and not summary.endswith(ACCEPTED_NOTE):
+        result["summary"] = summary + ACCEPTED_NOTE
+
+
 def attach(result: dict[str, Any], event: str | None, incident: Incident | None) -> None:
     """Put the incident block into the result (``None`` when no incident is open)."""
     if incident is None:

@@ -31,6 +31,7 @@ from monitor.decision.incidents import (
     fired_sensors,
     hold,
     is_new_change,
+    mark_accepted,
     opened,
 )
 
@@ -494,18 +495,3 @@ def history_times(inspector: Inspector, t: datetime) -> list[datetime]:
         th -= step
     return out[::-1]
 
-
-#: Appended to the summary of a firing result whose change an operator's ack accepted.
-ACCEPTED_NOTE = " (within the change an ack accepted: no incident, no alert)"
-
-
-def mark_accepted(result: dict[str, Any]) -> None:
-    """A firing result on sensors an ack accepted, whose change the sliding window still
-    holds: ``detection.accepted`` is true, so that sinks do not alert it again
-    (``connectors.mqtt.sink.is_alert``), and its summary says why."""
-    detection = result.get("detection")
-    if isinstance(detection, dict):
-        detection["accepted"] = True
-    summary = result.get("summary")
-    if isinstance(summary, str) and not summary.endswith(ACCEPTED_NOTE):
-        result["summary"] = summary + ACCEPTED_NOTE

@@ -14,8 +14,8 @@ import pytest
 from connectors.mqtt.sink import is_alert
 from connectors.webhook import alertmanager_body
 from monitor.config import validate_config
-from monitor.decision.incidents import IncidentSettings
-from monitor.decision.tracker import ACCEPTED_NOTE, SiteTracker, cached_reader
+from monitor.decision.incidents import ACCEPTED_NOTE, IncidentSettings
+from monitor.decision.tracker import SiteTracker, cached_reader
 from monitor.demo.simulate import Scenario, simulate
 from tests.monitor.decision.replay import Ack, replay
 
