@@ -225,7 +225,7 @@ ACCEPTED_NOTE = " (within the change an ack accepted: no incident, no alert)"
 def mark_accepted(result: dict[str, Any]) -> None:
     """A firing result on sensors an ack accepted, whose change the sliding window still
     holds: ``detection.accepted`` is true, so that sinks do not alert it again
-    (``connectors.mqtt.sink.is_alert``), and its summary says why."""
+    (``connectors.base.within_accepted_change``), and its summary says why."""
     detection = result.get("detection")
     if isinstance(detection, dict):
         detection["accepted"] = True

@@ -494,4 +494,3 @@ def history_times(inspector: Inspector, t: datetime) -> list[datetime]:
             out.append(th)
         th -= step
     return out[::-1]
-
