@@ -12,11 +12,11 @@ calibrated, compared twice.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pandas as pd
 import pytest
 
+from tests.cli_runner import run_mmdwatch
 from tests.integration import scenario as sc
 from tests.results_file import read_results
 from tests.shared_data import DELAY_DEV
@@ -44,10 +44,8 @@ def _by_time(results: list[dict]) -> dict[str, dict]:
 
 
 def _backfill(config, start: str, end: str, out, cwd) -> list[dict]:
-    done = subprocess.run([*sc.mmdwatch_command(), "backfill", "--config", str(config),
-                           "--start", start, "--end", end, "--out", str(out)],
-                          check=False, cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
+    done = run_mmdwatch("backfill", "--config", str(config), "--start", start, "--end", end,
+                        "--out", str(out), cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return read_results(out)
 

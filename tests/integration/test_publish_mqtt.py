@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 from connectors.mqtt.sink import is_alert, topics
 from monitor.demo.simulate import Scenario, simulate, write_csv
 from monitor.storage.state import AgentState
+from tests.cli_runner import run_mmdwatch
 from tests.connectors.mqtt_helpers import Subscriber, wait_until
 from tests.servers import MosquittoServer
 
@@ -26,8 +26,7 @@ TOPICS = topics("mmdwatch", SITE)
 
 
 def mmdwatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300, check=False)
+    return run_mmdwatch(*args, cwd=ROOT)
 
 
 def _config(tmp_path: Path, broker: MosquittoServer) -> Path:

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from monitor.demo.simulate import Scenario, simulate, write_csv
+from tests.cli_runner import run_mmdwatch
 from tests.result_contract import check_output
 from tests.shared_data import LTOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                         text=True, cwd=ROOT, timeout=timeout, check=False)
+def mmdwatch(*args: str) -> subprocess.CompletedProcess:
+    out = run_mmdwatch(*args, cwd=ROOT)
     check_output(out.stdout)  # every printed result follows docs/result.schema.json
     return out
 

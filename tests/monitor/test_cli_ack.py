@@ -1,23 +1,23 @@
-"""``mmdwatch ack`` as a real subprocess against a state database made through the state API."""
+"""``mmdwatch ack`` on the command line (in the test process: tests/cli_runner.py) against a state
+database made through the state API."""
 from __future__ import annotations
 
 import getpass
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from monitor.storage.state import AgentState
+from tests.cli_runner import run_mmdwatch
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "monitor" / "demo" / "data" / "demo-network.csv.gz"
 
 
 def mmdwatch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False)
+    return run_mmdwatch(*args, cwd=ROOT)
 
 
 def _config(tmp_path: Path, sites: list[str] | None = None) -> Path:

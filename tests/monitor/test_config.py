@@ -3,13 +3,13 @@ validated by the connector's own model."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from monitor.config import ConfigError, load_config, validate_config
+from tests.cli_runner import run_mmdwatch
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = {"site": "x", "source": {"type": "file", "path": "data.csv"}}
@@ -110,9 +110,7 @@ def test_example_config_is_valid():
 
 
 def _check(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor.cli", "check-config", "--config",
-                           str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                          check=False)
+    return run_mmdwatch("check-config", "--config", str(path), cwd=ROOT)
 
 
 def test_check_config_cli_lists_each_problem_and_exits_2(tmp_path):

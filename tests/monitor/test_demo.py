@@ -10,8 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -22,6 +20,7 @@ import pytest
 from connectors.base import Reading, StreamSource
 from connectors.timeutil import parse_time
 from monitor.demo import TRUTH_FILE, HeldReplay
+from tests.cli_runner import run_mmdwatch
 
 ROOT = Path(__file__).resolve().parents[2]
 AFTER = timedelta(hours=16)  # the live profile's after window: a result exists at t + 16 h
@@ -30,9 +29,7 @@ AFTER = timedelta(hours=16)  # the live profile's after window: a result exists 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     state = tmp_path_factory.mktemp("demo") / "state"
-    out = subprocess.run([sys.executable, "-m", "monitor.cli", "demo", "--state-dir",
-                          str(state), "--no-report"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300, check=False)
+    out = run_mmdwatch("demo", "--state-dir", str(state), "--no-report", cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     results = [json.loads(x) for x in (state / "results.jsonl").read_text().splitlines()]
     return state, out.stdout, results, json.loads(TRUTH_FILE.read_text())

@@ -168,7 +168,7 @@ def test_check_config_says_what_was_derived(tmp_path):
     path.write_text("site: pump\nsource: {type: file, path: x.csv}\n"
                     "windows: {before: 5min, after: 30s, resample: 2s}\n"
                     "schedule: {every: 5s}\n")
-    out = mmdwatch("check-config", "--config", str(path), timeout=60)
+    out = mmdwatch("check-config", "--config", str(path))
     assert out.returncode == 0, out.stderr
     assert "derived from the windows and the cadence" in out.stdout
     assert "decision.history 56min" in out.stdout and "daily_profile false" in out.stdout
@@ -186,8 +186,7 @@ def test_one_second_data_runs_with_four_options(tmp_path):
     wide.rename_axis("datetime").to_csv(path, sep=";")
     out = mmdwatch("backfill", "--data", str(path), "--start", "2020-03-09T12:00:00",
                    "--end", "2020-03-09T12:13:00", "--resample", "2s", "--before", "5min",
-                   "--after", "30s", "--every", "5s", "--out", str(tmp_path / "r.jsonl"),
-                   timeout=240)
+                   "--after", "30s", "--every", "5s", "--out", str(tmp_path / "r.jsonl"))
     assert out.returncode == 0, out.stderr
     assert "derived from the windows and the cadence" in out.stderr
     import json

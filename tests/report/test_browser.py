@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -25,6 +24,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.ui import WebDriverWait
 
 from monitor.demo.simulate import Scenario, simulate, write_csv
+from tests.cli_runner import run_mmdwatch
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGE_AT = "2026-01-17T00:00:00Z"
@@ -67,8 +67,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def mmdwatch(*args: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                         text=True, cwd=ROOT, timeout=300, check=False)
+    out = run_mmdwatch(*args, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 

@@ -5,20 +5,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from monitor.demo.simulate import Scenario, simulate, write_csv
 from monitor.storage.state import AgentState
+from tests.cli_runner import run_mmdwatch
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def mmdwatch(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "monitor.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout, check=False)
+def mmdwatch(*args: str) -> subprocess.CompletedProcess:
+    return run_mmdwatch(*args, cwd=ROOT)
 
 
 def _result(fp: str, t: str = "2026-01-12T00:00:00Z") -> dict:
