@@ -30,6 +30,7 @@ def run_mmdwatch(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
     """
     from monitor.cli import main
 
+    argv = [os.fspath(a) for a in args]
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -41,11 +42,11 @@ def run_mmdwatch(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
             stack.enter_context(contextlib.redirect_stdout(stdout))
             stack.enter_context(contextlib.redirect_stderr(stderr))
             try:
-                code = main([os.fspath(a) for a in args])
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                if not isinstance(exc.code, (int, type(None))):
+                code = main(argv)
+            except SystemExit as exc:  # argparse's errors and --help
+                if isinstance(exc.code, str):  # sys.exit("message"): printed, status 1
                     print(exc.code, file=stderr)
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             except Exception:  # noqa: BLE001 (what an uncaught one does to a child process)
                 traceback.print_exc(file=stderr)
                 code = 1
@@ -54,5 +55,5 @@ def run_mmdwatch(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
             handler.close()
         root.handlers = saved_handlers
         root.setLevel(saved_level)
-    return subprocess.CompletedProcess(["mmdwatch", *map(str, args)], int(code or 0),
-                                       stdout.getvalue(), stderr.getvalue())
+    return subprocess.CompletedProcess(["mmdwatch", *argv], code, stdout.getvalue(),
+                                       stderr.getvalue())
