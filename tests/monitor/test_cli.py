@@ -1,6 +1,7 @@
 """The ``mmdwatch`` CLI on real data: L-Town dev set (leak) and a stream with no change."""
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -94,6 +95,35 @@ def test_backfill_writes_json_lines_and_progress(tmp_path):
     # stderr is not a TTY here: progress comes as log lines, the last one at 100 %
     assert "backfill: 3/3 insp (100%" in out.stderr
     assert len({r["fingerprint"] for r in results}) == 3
+
+
+
+@pytest.mark.slow
+def test_the_mmdwatch_process_and_main_in_a_caller_give_the_same_results(tmp_path):
+    """``entry`` (the console script, ``python -m monitor.cli``) freezes the heap for a
+    one-shot command; ``main`` called in a process that goes on leaves its collector
+    alone. Both write the same results."""
+    frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    args = ["backfill", "--data", str(path), "--start", "2026-01-12", "--end", "2026-01-14",
+            "--every", "1d", "--method", "mmd-baseline"]
+    frozen = gc.get_freeze_count()
+    in_caller = run_mmdwatch(*args, "--out", str(tmp_path / "main.jsonl"), cwd=ROOT)
+    assert in_caller.returncode == 0, in_caller.stderr
+    assert gc.get_freeze_count() == frozen
+    own = subprocess.run([sys.executable, "-m", "monitor.cli", *args,
+                          "--out", str(tmp_path / "entry.jsonl")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert own.returncode == 0, own.stderr
+
+    def essentials(name: str) -> list[tuple]:
+        rows = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        return [(r["fingerprint"], r["status"], r["test"]["p_value"],
+                 [s["sensor_id"] for s in r["sensors"]]) for r in rows]
+
+    assert essentials("entry.jsonl") == essentials("main.jsonl")
+    assert len(essentials("main.jsonl")) == 3
 
 
 def test_bad_input_exits_2(tmp_path):
