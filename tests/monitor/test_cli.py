@@ -97,7 +97,6 @@ def test_backfill_writes_json_lines_and_progress(tmp_path):
     assert len({r["fingerprint"] for r in results}) == 3
 
 
-
 @pytest.mark.slow
 def test_the_mmdwatch_process_and_main_in_a_caller_give_the_same_results(tmp_path):
     """``entry`` (the console script, ``python -m monitor.cli``) freezes the heap for a
