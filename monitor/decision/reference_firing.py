@@ -12,8 +12,8 @@ open incident's reference measures the after window against the before window's 
 incident").
 
 It is the same comparison as the level part's, with the spread of the normal days, and
-at the same threshold and share of the level; it only runs while an incident is open, so
-the calibration history, which holds no value from those times, is unchanged.
+at the same threshold and share of the level; it only runs while an incident is open,
+and a result it fires never joins the calibration history.
 """
 from __future__ import annotations
 

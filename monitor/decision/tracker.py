@@ -5,10 +5,12 @@ persists all three in its state database with each result, ``backfill`` keeps th
 one run.
 
 The history holds only inspections judged normal (docs/decision.md, "Calibration
-history"): none while an incident is open or within ``local_level`` (a day) after it
-resolved, when the sliding reference still holds the change; and none whose own p-value
-is below the pre-alert level (``PRE_ALERT`` times the alert level): a change that stays
-below the alert level must not raise the threshold that would let it fire.
+history"): none while an incident is open until the windows are past its change (a
+before window that starts after its first firing's after window), none within
+``local_level`` (a day) after it resolved, when the sliding reference still holds the
+change; and none whose own p-value is below the pre-alert level (``PRE_ALERT`` times the
+alert level): a change that stays below the alert level must not raise the threshold
+that would let it fire.
 """
 from __future__ import annotations
 
@@ -148,9 +150,8 @@ class SiteTracker:
             self._windows_memo = None  # the windows belong to this result alone
         value = detection.get("value")
         kept: HistoryValue | None = None
-        if (value is not None and status in ("ok", "calibrating") and not was_open
-                and not self.open_incidents and event is None
-                and self._normal(detection, t)):
+        if (value is not None and status in ("ok", "calibrating") and event is None
+                and (not was_open or self._settled(t)) and self._normal(detection, t)):
             engine_value = (detection.get("engine") or {}).get("value")
             kept = (float(value), None if engine_value is None else float(engine_value))
             self.history[t] = kept
@@ -167,6 +168,17 @@ class SiteTracker:
             return
         times = self._history_times(t)
         block["history_span"] = [iso(times[0]), iso(times[-1])] if times else None
+
+    def _settled(self, t: datetime) -> bool:
+        """Whether every open incident's change lies wholly before the windows at ``t``:
+        its first firing's after window, where the change showed, ended before this
+        inspection's before window starts. Such windows compare the new state with
+        itself, so a quiet value there is a value of the statistic's null, and it may
+        join the history: without it a long incident froze the calibration at the values
+        from before it (issue 28: 116 values for nine days)."""
+        spec = self.inspector.spec
+        return all(parse_time(incident.started) + spec.after + spec.before <= t
+                   for incident in self.open_incidents)
 
     def _normal(self, detection: dict[str, Any], t: datetime) -> bool:
         if self.quarantine_until is not None and t < self.quarantine_until:

@@ -173,6 +173,36 @@ def test_a_firing_value_and_a_pre_alert_value_stay_out_of_the_history() -> None:
     assert np.isfinite(np.ravel(list(tracker.history.values()))).all()
 
 
+def test_quiet_values_rejoin_the_history_once_the_windows_are_past_the_change() -> None:
+    """While an incident stays open, a quiet value joins the history again once its before
+    window starts after the first firing's after window: both windows then hold the new
+    state, so the value is one of the statistic's null (issue 28: a long incident froze the
+    calibration). Before that, none joins; a pre-alert value never does."""
+    inspector = _inspector()
+    tracker = SiteTracker(inspector, IncidentSettings())
+    t = datetime(2026, 1, 15, tzinfo=UTC)
+
+    def result(at: datetime, status: str, p: float) -> dict[str, Any]:
+        return {"site": "sim", "inspection_time": at.isoformat(), "status": status,
+                "test": {"p_value": p}, "selected_sensors": ["s01"],
+                "sensors": [{"sensor_id": "s01"}],
+                "detection": {"value": 2.0, "p_value": p, "level": 1e-3,
+                              "engine": {"value": 0.5}}}
+
+    assert tracker.observe(result(t, "firing", 1e-5))[1] == "opened"
+    settled = t + inspector.spec.after + inspector.spec.before
+    at = t + HOUR
+    while at < settled:  # a firing every 12 h keeps the incident open (resolve_after 24 h)
+        firing = (at - t) % timedelta(hours=12) == timedelta(0)
+        kept, _ = tracker.observe(result(at, "firing" if firing else "ok", 1e-5 if firing
+                                         else 0.5))
+        assert kept is None, at
+        at += HOUR
+    assert tracker.observe(result(settled, "ok", 0.004))[0] is None  # pre-alert
+    assert tracker.observe(result(settled + HOUR, "ok", 0.5))[0] == (2.0, 0.5)
+    assert len(tracker.open_incidents) == 1 and max(tracker.history) == settled + HOUR
+
+
 class _FrameWindows:
     """A site's windows over one frame (the agent's store, as SiteRunner reads it)."""
 
