@@ -408,6 +408,28 @@ def _tracker(config: Any, inspector: Any, read: Any, first: Any) -> Any:
     return tracker
 
 
+class WrittenResults:
+    """What a backfill wrote: how many results of each status, and the results themselves
+    only where ``--report`` needs them: each is written as it comes (``--out`` or
+    stdout), and all of them kept grow with the times and the sensors (a year of hourly
+    results at 33 sensors: docs/engine.md, "Memory")."""
+
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self.counts: dict[str, int] = {}
+        self.results: list[dict[str, Any]] = []
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def add(self, result: dict[str, Any]) -> None:
+        status = str(result.get("status"))
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if self.keep:
+            self.results.append(result)
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     from connectors.timeutil import parse_duration, parse_time
     from monitor.compose import build_inspector
@@ -429,7 +451,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     readers: list[tuple[Any, Any]] = []  # (read_window, close) per site
     publisher = None
     executor: Any = None
-    results: list[dict[str, Any]] = []
+    written = WrittenResults(keep=args.report is not None)
     out = sys.stdout
     try:
         for c in configs:
@@ -464,10 +486,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
                 executor = RenewableExecutor(executor, functools.partial(build_executor,
                                                                          cluster))
-            results = _backfill_on(executor, sites, out, publisher)
+            _backfill_on(executor, sites, out, publisher, written)
         else:
-            results = _backfill_inline(config, inspectors[0], readers[0][0], plans[0], out,
-                                       publisher)
+            _backfill_inline(config, inspectors[0], readers[0][0], plans[0], out, publisher,
+                             written)
     except BaseException:
         if publisher is not None:
             publisher.close()  # what was queued stays in the outbox
@@ -479,15 +501,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             executor.close()
         for _, close in readers:
             close()
-    counts = {s: sum(r["status"] == s for r in results)
-              for s in ("firing", "ok", "calibrating", "error", "incomplete")}
-    log.warning("backfill: %d inspections (%s)", len(results),
-                ", ".join(f"{k} {v}" for k, v in counts.items()))
+    log.warning("backfill: %d inspections (%s)", written.total,
+                ", ".join(f"{k} {written.counts.get(k, 0)}"
+                          for k in ("firing", "ok", "calibrating", "error", "incomplete")))
     if args.report is not None:
         try:
             from monitor.report import write_backfill_report
 
-            log.warning("report written to %s", write_backfill_report(results, args.report))
+            log.warning("report written to %s",
+                        write_backfill_report(written.results, args.report))
         except Exception:
             log.exception("writing the backfill report failed")
     return _finish_publishing(publisher, args)
@@ -577,7 +599,7 @@ def _ledger_anchor(config: Any) -> Any:
 
 
 def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any,
-                     publisher: Any) -> list[dict[str, Any]]:
+                     publisher: Any, written: WrittenResults) -> None:
     """The backfill in this process, written in time order.
 
     Calibrated rule, in two passes per :data:`~monitor.inspection.PREFIT_TIMES` times:
@@ -595,7 +617,6 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
         if inspector.calibrated and times else None
-    results: list[dict[str, Any]] = []
     with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
         step = PREFIT_TIMES if tracker is not None else MAX_BATCH
         for start in range(0, len(times), step):
@@ -626,8 +647,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                     publisher.publish(t.timestamp(), result)
                 bar.update(1)
                 bar.set_postfix_str(f"{result['inspection_time']} {result['status']}")
-                results.append(result)
-    return results
+                written.add(result)
 
 
 def _cluster_config(value: str) -> Any:
@@ -676,8 +696,8 @@ def _site_backfill(config: Any, inspector: Any, read: Any, plan: Any) -> Any:
                         emit=plan.emit, probes=plan.probes)
 
 
-def _backfill_on(executor: Any, sites: list[Any], out: Any,
-                 publisher: Any) -> list[dict[str, Any]]:
+def _backfill_on(executor: Any, sites: list[Any], out: Any, publisher: Any,
+                 written: WrittenResults) -> None:
     """The backfill's inspections of every site on ``executor`` (``--cluster``, or several
     sites), written in time order; a ``RenewableExecutor`` replaces a local pool that
     breaks (``run_backfill``)."""
@@ -689,7 +709,6 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any,
     for site in sites:
         if site.tracker is not None and site.times:
             backfill_history(site, history_times(site.inspector, site.times[0]), executor)
-    results: list[dict[str, Any]] = []
     with progress_bar(total=sum(s.n_emitted for s in sites), desc="backfill",
                       unit="insp") as bar:
 
@@ -701,10 +720,9 @@ def _backfill_on(executor: Any, sites: list[Any], out: Any,
             bar.set_postfix_str(f"{result['site']} {result['inspection_time']} "
                                 f"{result['status']}")
             bar.update(1)
-            results.append(result)
+            written.add(result)
 
         run_backfill(sites, executor, emit)
-    return results
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

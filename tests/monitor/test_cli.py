@@ -95,6 +95,25 @@ def test_backfill_writes_json_lines_and_progress(tmp_path):
     # stderr is not a TTY here: progress comes as log lines, the last one at 100 %
     assert "backfill: 3/3 insp (100%" in out.stderr
     assert len({r["fingerprint"] for r in results}) == 3
+    counts = {s: sum(r["status"] == s for r in results)
+              for s in ("firing", "ok", "calibrating", "error", "incomplete")}
+    assert "backfill: 3 inspections (" + ", ".join(
+        f"{s} {n}" for s, n in counts.items()) + ")" in out.stderr
+
+
+def test_a_backfill_keeps_its_results_in_memory_only_for_a_report():
+    """The results are written as they come; only ``--report`` needs them all at the end
+    (a year of them at many sensors would hold gigabytes)."""
+    from monitor.cli import WrittenResults
+
+    statuses = ["ok", "firing", "ok", "incomplete"]
+    plain, for_report = WrittenResults(keep=False), WrittenResults(keep=True)
+    for i, status in enumerate(statuses):
+        for written in (plain, for_report):
+            written.add({"inspection_time": f"2026-01-0{i + 1}T00:00:00Z", "status": status})
+    assert plain.results == [] and plain.total == for_report.total == 4
+    assert plain.counts == for_report.counts == {"ok": 2, "firing": 1, "incomplete": 1}
+    assert [r["status"] for r in for_report.results] == statuses
 
 
 @pytest.mark.slow
