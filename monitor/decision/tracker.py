@@ -9,8 +9,11 @@ history"): none while an incident is open until the windows are past its change 
 before window that starts after its first firing's after window), none within
 ``local_level`` (a day) after it resolved, when the sliding reference still holds the
 change; and none whose own p-value is below the pre-alert level (``PRE_ALERT`` times the
-alert level): a change that stays below the alert level must not raise the threshold
-that would let it fire.
+alert level) while the history is short (``PRE_ALERT_HISTORY`` values): a change that
+stays below the alert level must not raise the threshold that would let it fire. A long
+history keeps out only the values that fired: one cleaned of the null's own largest
+values has too light a tail, and its thresholds fire too often (docs/decision.md,
+"Calibration history").
 """
 from __future__ import annotations
 
@@ -45,8 +48,13 @@ if TYPE_CHECKING:
 #: detect_many(times, read_window) -> (level, engine statistic) at each time (None: bad data)
 DetectMany = Callable[[list[datetime], "ReadWindow"], "list[HistoryValue | None]"]
 
-#: a value whose p-value is below PRE_ALERT x the alert level is kept out of the history
+#: while the history holds fewer than PRE_ALERT_HISTORY values, a value whose p-value is
+#: below PRE_ALERT x the alert level is kept out of it; from then on only a value below
+#: the alert level (one that fired). A short history's tail moves with one value, so a
+#: change's run-up must not join it; a long one's selection bias is what counts: kept
+#: out, the null's own largest values left too light a tail (docs/decision.md)
 PRE_ALERT = 5.0
+PRE_ALERT_HISTORY = 300
 #: rows of the last day of the before window the onset scan also looks at
 ONSET_LOOKBACK_ROWS = 24
 
@@ -184,7 +192,9 @@ class SiteTracker:
         if self.quarantine_until is not None and t < self.quarantine_until:
             return False
         p, level = detection.get("p_value"), detection.get("level")
-        return p is None or level is None or float(p) >= PRE_ALERT * float(level)
+        short = int(detection.get("history_n") or 0) < PRE_ALERT_HISTORY
+        return p is None or level is None or \
+            float(p) >= (PRE_ALERT if short else 1.0) * float(level)
 
     def _step(self, result: dict[str, Any], t: datetime, status: Any,
               read_window: ReadWindow | None, acks: Sequence[Ack]

@@ -152,24 +152,35 @@ def test_a_firing_within_the_accepted_change_alerts_no_sink_until_quiet_once() -
     assert "accepted" not in again["detection"]
 
 
-def test_a_firing_value_and_a_pre_alert_value_stay_out_of_the_history() -> None:
+def test_a_firing_value_stays_out_and_a_pre_alert_value_only_of_a_short_history() -> None:
+    """A short history keeps out values below the pre-alert level (5 x the alert level):
+    one change's run-up would lift its threshold past the change. A long one keeps out
+    only what fired: its own largest quiet values belong in it, or its tail is too light
+    and the thresholds fire too often (issue 28)."""
+    from monitor.decision.tracker import PRE_ALERT, PRE_ALERT_HISTORY
+
     inspector = _inspector()
     tracker = SiteTracker(inspector, IncidentSettings())
     t = datetime(2026, 1, 15, tzinfo=UTC)
+    near = 2 * 1e-3  # above the level, below the pre-alert level
+    assert 1e-3 < near < PRE_ALERT * 1e-3
 
-    def result(k: int, status: str, p: float) -> dict[str, Any]:
+    def result(k: int, status: str, p: float, n: int = 10) -> dict[str, Any]:
         return {"site": "sim", "inspection_time": (t + k * HOUR).isoformat(),
                 "status": status, "test": {"p_value": p}, "selected_sensors": ["s01"],
                 "sensors": [{"sensor_id": "s01"}],
                 "detection": {"value": 1.0 + k, "p_value": p, "level": 1e-3,
-                              "engine": {"value": 0.5 + k}}}
+                              "history_n": n, "engine": {"value": 0.5 + k}}}
 
+    long_history = PRE_ALERT_HISTORY
     kept = [tracker.observe(result(0, "ok", 0.5))[0],
-            tracker.observe(result(1, "ok", 0.004))[0],  # below 5 x level: pre-alert
-            tracker.observe(result(2, "ok", 0.2))[0]]
-    assert kept == [(1.0, 0.5), None, (3.0, 2.5)]  # (level, engine statistic)
-    assert tracker.observe(result(3, "firing", 1e-5))[0] is None
-    assert tracker.observe(result(4, "ok", 0.5))[0] is None  # an incident is open
+            tracker.observe(result(1, "ok", near))[0],  # a short history: pre-alert
+            tracker.observe(result(2, "ok", near, n=long_history))[0],  # a long one: it joins
+            tracker.observe(result(3, "ok", 0.0005, n=long_history))[0],  # below the level
+            tracker.observe(result(4, "ok", 0.2))[0]]
+    assert kept == [(1.0, 0.5), None, (3.0, 2.5), None, (5.0, 4.5)]  # (level, engine)
+    assert tracker.observe(result(5, "firing", 1e-5))[0] is None
+    assert tracker.observe(result(6, "ok", 0.5))[0] is None  # an incident is open
     assert np.isfinite(np.ravel(list(tracker.history.values()))).all()
 
 
@@ -177,7 +188,7 @@ def test_quiet_values_rejoin_the_history_once_the_windows_are_past_the_change() 
     """While an incident stays open, a quiet value joins the history again once its before
     window starts after the first firing's after window: both windows then hold the new
     state, so the value is one of the statistic's null (issue 28: a long incident froze the
-    calibration). Before that, none joins; a pre-alert value never does."""
+    calibration). Before that, none joins; a value below the level never does."""
     inspector = _inspector()
     tracker = SiteTracker(inspector, IncidentSettings())
     t = datetime(2026, 1, 15, tzinfo=UTC)
@@ -198,7 +209,7 @@ def test_quiet_values_rejoin_the_history_once_the_windows_are_past_the_change() 
                                          else 0.5))
         assert kept is None, at
         at += HOUR
-    assert tracker.observe(result(settled, "ok", 0.004))[0] is None  # pre-alert
+    assert tracker.observe(result(settled, "ok", 0.0005))[0] is None  # below the level
     assert tracker.observe(result(settled + HOUR, "ok", 0.5))[0] == (2.0, 0.5)
     assert len(tracker.open_incidents) == 1 and max(tracker.history) == settled + HOUR
 
