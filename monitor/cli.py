@@ -412,7 +412,7 @@ class WrittenResults:
     """What a backfill wrote: how many results of each status, and the results themselves
     only where ``--report`` needs them: each is written as it comes (``--out`` or
     stdout), and all of them kept grow with the times and the sensors (a year of hourly
-    results at 33 sensors: docs/engine.md, "Memory")."""
+    results at 33 sensors raised the peak by about 280 MiB: docs/engine.md)."""
 
     def __init__(self, *, keep: bool) -> None:
         self.keep = keep
