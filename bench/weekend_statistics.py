@@ -25,11 +25,12 @@ import pandas as pd
 
 from bench._common import markdown_table
 from bench.engine_on_residuals import LEVEL, MIN_HISTORY, OUT, calibrated
+from engine.live.engine_power import ENGINE_WEIGHT
 
 log = logging.getLogger("bench.weekend_statistics")
 RESULTS = Path(__file__).resolve().parent / "results"
 AFTER = pd.Timedelta(hours=16)
-WEIGHT = 0.35  # the engine part's share of the level (live default)
+WEIGHT = ENGINE_WEIGHT  # the engine part's share of the level (the hourly default)
 
 
 def touches_weekend(times: pd.Series) -> np.ndarray:

@@ -48,7 +48,8 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
                    help="live profile: calibration history needed before the first alert")
     p.add_argument("--engine-weight", type=float, metavar="W",
                    help="live profile: the engine part's share of the alert level "
-                   "(default 0.35; 0: the level statistic alone, no engine fit)")
+                   "(default 0.1 with a daily profile, else 0.35; 0: the level statistic alone, "
+                   "no engine fit)")
     p.add_argument("--before", metavar="DUR", help="before window length (default 7d)")
     p.add_argument("--after", metavar="DUR",
                    help="after window length (default 16h; 7d in the retrospective profile)")

@@ -157,6 +157,14 @@ class EngineConfig(_Section):
                                    description="extra keyword arguments for the selector")
 
 
+#: the engine part's share of the alert level (docs/decision.md, "The weight"), the
+#: default of decision.engine_weight: with a daily profile, where the level statistic
+#: carries the cycle channels, and without one (engine.live.engine_power's constants; not
+#: imported, so that loading a config loads no NumPy)
+ENGINE_WEIGHT_DAILY = 0.1
+ENGINE_WEIGHT_WITHOUT_PROFILE = 0.35
+
+
 class DecisionConfig(_Section):
     """When an inspection fires (README "Decision"); the profile sets ``rule``."""
 
@@ -183,9 +191,10 @@ class DecisionConfig(_Section):
     weekly_profile: bool = True
     top_k: int = Field(1, ge=1, description="sensors the statistic averages over")
     engine_weight: float = Field(
-        0.35, ge=0.0, le=0.9,
+        ENGINE_WEIGHT_DAILY, ge=0.0, le=0.9,
         description="the engine part's share of the alert level (weighted Bonferroni with "
-        "the level part; 0: the level part alone, no engine fit per inspection)")
+        "the level part; 0: the level part alone, no engine fit per inspection); derived: "
+        f"{ENGINE_WEIGHT_DAILY} with a daily profile, else {ENGINE_WEIGHT_WITHOUT_PROFILE}")
     engine_rows: Duration = Field(timedelta(hours=24),
                                   description="latest part of the before window the engine "
                                   "compares with the after window")
@@ -520,7 +529,7 @@ class MonitorConfig(_Section):
 # ------------------------------------------------------------------------------------------
 #: decision keys whose default is derived from the windows and the cadence
 DERIVED_DECISION_KEYS = ("history", "min_history", "false_incident_interval", "local_level",
-                         "engine_rows", "resolve_after", "daily_profile")
+                         "engine_rows", "resolve_after", "daily_profile", "engine_weight")
 #: the cadence the hourly defaults were chosen at (bench.leak_delay): faster inspections
 #: scale the history, min_history and false-incident interval by interval / this
 REFERENCE_INTERVAL = timedelta(hours=1)
@@ -540,9 +549,10 @@ def _floor_to(value: timedelta, step: timedelta) -> timedelta:
 def derived_durations(config: MonitorConfig) -> dict[str, Any]:
     """What the durations default to for ``config``'s windows and cadence (the rules of
     docs/config.md "Derived durations"). At the hourly defaults (before 7d, every 1h)
-    every value is the one the project used before they were derived: history 28d,
+    every duration is the one the project used before they were derived: history 28d,
     min_history 4d, false_incident_interval 30d, local_level, engine_rows and
-    resolve_after 24h, block_size (engine rule) 1d, daily profile on."""
+    resolve_after 24h, block_size (engine rule) 1d, daily profile on; and engine_weight
+    0.1 (0.35 before 2026-12-04, and still without a daily profile)."""
     w = config.windows
     daily = w.before >= timedelta(days=2)  # two of each hour of day: a profile to learn
     # "the last day" of the before window: a day for daily-cycle data, else a seventh of
@@ -553,8 +563,12 @@ def derived_durations(config: MonitorConfig) -> dict[str, Any]:
     shortest = min(w.before, w.after)
     block = (timedelta(days=1) if shortest >= timedelta(days=4)
              else _floor_to(shortest / 7, w.resample))
+    # the engine part's share of the level: a backstop where the level statistic carries
+    # the cycle channels (a daily profile), more where it sees the level alone
+    weight = ENGINE_WEIGHT_DAILY if daily else ENGINE_WEIGHT_WITHOUT_PROFILE
     out: dict[str, Any] = {"local_level": day, "engine_rows": day, "resolve_after": day,
-                           "block_size": block, "daily_profile": daily}
+                           "block_size": block, "daily_profile": daily,
+                           "engine_weight": weight}
     interval = config.schedule.interval()
     if config.decision.rule == "calibrated" and daily:
         # daily-cycle data: weeks of history and a month between false incidents, as

@@ -71,6 +71,22 @@ def test_one_minute_data_with_a_daily_cycle_keeps_days():
     assert d.false_incident_interval == timedelta(days=30)
 
 
+def test_the_engine_weight_follows_the_daily_profile():
+    """The engine part's share of the level (docs/decision.md, "The weight"): 0.1 where
+    the level statistic carries the cycle channels (a daily profile), 0.35 where it sees
+    the level alone; a weight the config gives stays."""
+    assert _config().decision.engine_weight == 0.1
+    second = {"windows": {"before": "5min", "after": "30s", "resample": "2s"},
+              "schedule": {"every": "5s"}}
+    fast = _config(**second)
+    assert fast.decision.engine_weight == 0.35
+    assert "decision.engine_weight 0.35" in fast.describe_derived()
+    assert _config(**second, decision={"engine_weight": 0.2}).decision.engine_weight == 0.2
+    assert _config(decision={"engine_weight": 0.35}).decision.engine_weight == 0.35
+    # the weight is part of what the fingerprint hashes
+    assert _config().inspection_settings()["decision"]["engine_weight"] == 0.1
+
+
 def test_a_value_given_stays_and_the_others_are_derived():
     config = _config(windows={"before": "5min", "after": "30s", "resample": "2s"},
                      schedule={"every": "5s"}, decision={"min_history": "3min"})

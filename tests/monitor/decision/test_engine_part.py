@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from engine.live.calibration import TailFit
-from engine.live.engine_power import combine
+from engine.live.engine_power import ENGINE_WEIGHT, combine
 from monitor.config import validate_config
 from monitor.decision.tracker import cached_reader, history_times
 from monitor.demo.simulate import Scenario, simulate
@@ -56,12 +56,12 @@ def test_the_engine_part_fires_on_its_own_and_names_its_sensors(cycle) -> None:
     assert result["status"] == "firing", result["summary"]
     assert d["fired_by"] == "engine"
     part = d["engine"]
-    assert part["statistic"] == "cv-aggregation-power" and part["weight"] == 0.35
+    assert part["statistic"] == "cv-aggregation-power" and part["weight"] == ENGINE_WEIGHT
     assert part["value"] > 1.2 and part["history_n"] == 200
-    assert part["p_value"] < 0.35 * d["level"] and part["threshold"] <= part["value"]
+    assert part["p_value"] < ENGINE_WEIGHT * d["level"] and part["threshold"] <= part["value"]
     assert d["level_p_value"] > d["level"]
     # the decision's p-value is the weighted Bonferroni combination of the two
-    assert d["p_value"] == pytest.approx(part["p_value"] / 0.35, rel=1e-6, abs=1e-9)
+    assert d["p_value"] == pytest.approx(part["p_value"] / ENGINE_WEIGHT, rel=1e-6, abs=1e-9)
     assert result["test"]["p_value"] == d["p_value"]
     # the sensors come from the engine: its pick first, ranked by its scores
     assert result["selected_sensors"][0] == "s07" == result["sensors"][0]["sensor_id"]
@@ -168,7 +168,7 @@ def test_the_combined_level_holds_on_a_null_streams_statistics() -> None:
         for i in range(120, len(order)):
             level = TailFit.of(order[i - 120:i, 0]).pvalue(order[i, 0])
             engine = TailFit.of(order[i - 120:i, 1]).pvalue(order[i, 1])
-            p.append(combine(level, engine, 0.35).p_value)
+            p.append(combine(level, engine, ENGINE_WEIGHT).p_value)
     fired = np.array(p)
     for level in (0.05, 0.01):
         rate = (fired < level).mean()
