@@ -159,8 +159,8 @@ class EngineConfig(_Section):
 
 #: the engine part's share of the alert level (docs/decision.md, "The weight"), the
 #: default of decision.engine_weight: with a daily profile, where the level statistic
-#: carries the cycle channels, and without one (engine.live.engine_power's constants; not
-#: imported, so that loading a config loads no NumPy)
+#: carries the cycle channels (engine.live.engine_power.ENGINE_WEIGHT, not imported, so
+#: that loading a config loads no NumPy), and without one
 ENGINE_WEIGHT_DAILY = 0.1
 ENGINE_WEIGHT_WITHOUT_PROFILE = 0.35
 

@@ -51,11 +51,9 @@ if TYPE_CHECKING:
 #: the name of the engine part's statistic in results
 ENGINE_STATISTIC = "cv-aggregation-power"
 #: the engine part's share of the alert level with a daily profile (docs/decision.md, "The
-#: weight"); monitor.config derives ENGINE_WEIGHT_WITHOUT_PROFILE for data without one
+#: weight"); a config derives 0.35 for data without one
+#: (monitor.config.ENGINE_WEIGHT_WITHOUT_PROFILE)
 ENGINE_WEIGHT = 0.1
-#: its share without a daily profile (a testbed logged each second), where the level
-#: statistic has no cycle channels
-ENGINE_WEIGHT_WITHOUT_PROFILE = 0.35
 #: before-window rows (hours) the engine compares with the after window
 ENGINE_ROWS = 24
 #: The engine part's CV-aggregation settings over the engine section's: float64, so that

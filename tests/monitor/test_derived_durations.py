@@ -75,7 +75,10 @@ def test_the_engine_weight_follows_the_daily_profile():
     """The engine part's share of the level (docs/decision.md, "The weight"): 0.1 where
     the level statistic carries the cycle channels (a daily profile), 0.35 where it sees
     the level alone; a weight the config gives stays."""
-    assert _config().decision.engine_weight == 0.1
+    from engine.live.engine_power import ENGINE_WEIGHT
+    from monitor.config import ENGINE_WEIGHT_DAILY
+
+    assert _config().decision.engine_weight == 0.1 == ENGINE_WEIGHT == ENGINE_WEIGHT_DAILY
     second = {"windows": {"before": "5min", "after": "30s", "resample": "2s"},
               "schedule": {"every": "5s"}}
     fast = _config(**second)
