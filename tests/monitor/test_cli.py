@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import json
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,17 @@ def test_the_mmdwatch_process_and_main_in_a_caller_give_the_same_results(tmp_pat
 
     assert essentials("entry.jsonl") == essentials("main.jsonl")
     assert len(essentials("main.jsonl")) == 3
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
+def test_a_one_shot_process_keeps_the_memory_it_frees():
+    """The allocator settings a one-shot command makes (``_keep_freed_memory``) are taken
+    by glibc: ``mallopt`` accepts both. In a child process, so that the test process's
+    own allocator is left as it is."""
+    code = "from monitor.cli import _keep_freed_memory; print(_keep_freed_memory())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60, check=True)
+    assert child.stdout.strip() == "True", child.stderr
 
 
 def test_bad_input_exits_2(tmp_path):
