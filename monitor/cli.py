@@ -379,9 +379,10 @@ def _keep_freed_memory() -> bool:
     Why: a backfill allocates and frees the same batch buffers (pair differences, windows)
     again and again. By default glibc maps the large ones anew each time and returns
     freed heap to the system, so each batch's pages fault in again: d1's backfill spent
-    0.59 s in the kernel, and took 2.77 s; with these two settings 0.45 s and 2.66 s (eight
-    alternating runs each, 2-core VM, 2026-12-04), its peak memory 5 % higher. Only a
-    one-shot command: the daemon gives memory back after a first start's history."""
+    0.55 s in the kernel and took 2.74 s; with these two settings 0.43 s and 2.59 s, its
+    peak memory 6 % higher (six alternating runs each, 2-core VM, 2026-12-04; docs/
+    engine.md). Only a one-shot command: the daemon gives memory back after a first
+    start's history."""
     import ctypes
 
     try:
