@@ -346,10 +346,52 @@ def _report_one(outcome: Any, report_dir: Path, config: Any) -> None:
 # ------------------------------------------------------------------------------------------
 # commands
 # ------------------------------------------------------------------------------------------
+def _engine_process(args: argparse.Namespace, config: Any = None, started: Any = None
+                    ) -> Any:
+    """The :class:`~monitor.engine_process.EngineProcess` of a one-shot command's own
+    process whose engine part fits under the calibrated rule (its child loads torch while
+    this process reads the source and builds the windows), else None.
+
+    Why: torch's import is a third of a short backfill (d1's leak day, 192 inspections:
+    see docs/engine.md, "The engine in a child process"), and only the fits need it.
+    ``config`` None: ``--data`` alone says it (the live profile, the default, unless
+    ``--profile retrospective``; its engine weight is positive unless ``--engine-weight``
+    gives 0), so that the child forks before the config's validation loads pandas (0.3 s).
+    ``started``: the one started so, kept where ``config`` confirms it, else closed."""
+    if config is None:
+        wanted = args.config is None and args.profile != "retrospective" \
+            and (args.engine_weight is None or args.engine_weight > 0)
+    else:
+        wanted = config.decision.rule == "calibrated" and config.decision.engine_weight > 0
+    wanted = wanted and getattr(args, "own_process", False)
+    if started is not None:
+        if not wanted:
+            started.close()
+        return started if wanted else None
+    if not wanted:
+        return None
+    from monitor.engine_process import EngineProcess
+
+    return EngineProcess(_settle_engine_child)
+
+
+def _settle_engine_child() -> None:
+    """The engine's child process (:func:`_engine_process`) settles its heap as a one-shot
+    process does: the allocator kept, the engine and the code that unpickles its work
+    (the residual frames: pandas) imported with the collector off (off since
+    :func:`main`, inherited through the fork), then frozen."""
+    _keep_freed_memory()
+    import engine.selectors  # noqa: F401  (the imports whose objects are frozen)
+    import monitor.decision.calibrated_rule  # noqa: F401
+    gc.freeze()
+    gc.enable()
+
+
 def _settle_heap(args: argparse.Namespace, inspectors: list[Any]) -> None:
     """In the ``mmdwatch`` process of a one-shot command (``args.own_process``): keep
     freed memory for reuse (:func:`_keep_freed_memory`), import the engine now where an
-    inspector fits it, then freeze the heap (``gc.freeze``).
+    inspector fits it here (not where its fits run in an
+    :class:`~monitor.engine_process.EngineProcess`), then freeze the heap (``gc.freeze``).
 
     Why: torch's import leaves about 160,000 objects that never die, and each full
     cyclic collection during the run walks them all again (0.3 s of collections in a
@@ -358,7 +400,10 @@ def _settle_heap(args: argparse.Namespace, inspectors: list[Any]) -> None:
     if not getattr(args, "own_process", False):
         return
     _keep_freed_memory()
-    if any(not i.calibrated or i.decision.engine_weight > 0 for i in inspectors):
+    from monitor.decision.calibrated_rule import fits_here
+
+    if any(not i.calibrated or (i.decision.engine_weight > 0 and i.engine_fits is fits_here)
+           for i in inspectors):
         import engine.selectors  # noqa: F401  (the import whose objects are frozen)
     gc.freeze()
     gc.enable()  # off since main (:data:`ONE_SHOT_COMMANDS`): the imports are done
@@ -397,26 +442,38 @@ def _keep_freed_memory() -> bool:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from connectors.timeutil import parse_time
-    from monitor.compose import build_inspector
 
     try:
         at = parse_time(args.at)
     except ValueError as exc:
         raise BadInput(f"--at: {exc}") from None
     _check_publish(args)
-    config = _one_shot_config(args)
-    _check_publish(args, config)
-    inspector = build_inspector(config)
+    early = _engine_process(args) if args.config is None else None
+    try:
+        config = _one_shot_config(args)
+        _check_publish(args, config)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    engine_fits = _engine_process(args, config, early)
+    from monitor.compose import build_inspector
+
+    inspector = build_inspector(config, engine_fits)
     _settle_heap(args, [inspector])
     read, close = _window_reader(config)
     publisher = None
     try:
         publisher = _publisher(args, config)
-        history = None
+        history = prepared = None
         if inspector.calibrated:
+            # the inspection's own engine fit first: it runs (in the engine's process)
+            # while the history's windows are built
+            pending = inspector.begin_fit_engine_many([at], read)
             tracker = _tracker(config, inspector, read, at)
             history = tracker.history_at(at)
-        outcome = inspector.run(at, read, history)
+            prepared = pending().get(at)
+        outcome = inspector.run(at, read, history, prepared=prepared)
         sys.stdout.write(json.dumps(outcome.result, allow_nan=False) + "\n")
         sys.stdout.flush()
         if publisher is not None:
@@ -426,6 +483,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             publisher.close()  # what was queued stays in the outbox
         raise
     finally:
+        if engine_fits is not None:
+            engine_fits.close()
         close()
     if args.report is not None:
         _report_one(outcome, args.report, config)
@@ -467,7 +526,6 @@ class WrittenResults:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from connectors.timeutil import parse_duration, parse_time
-    from monitor.compose import build_inspector
 
     try:
         start, end = parse_time(args.start), parse_time(args.end)
@@ -477,11 +535,22 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if end < start or (every is not None and every.total_seconds() <= 0):
         raise BadInput("--end must not be before --start, and --every must be positive")
     _check_publish(args)
-    cluster = _cluster_config(args.cluster) if args.cluster else None
-    configs = [_one_shot_config(a) for a in _backfill_site_args(args)]  # one per site
-    config = configs[0]
-    _check_publish(args, config)
-    inspectors = [build_inspector(c) for c in configs]
+    # one site in this process: its engine fits in a child that loads torch meanwhile
+    early = _engine_process(args) if args.config is None and args.cluster is None else None
+    try:
+        cluster = _cluster_config(args.cluster) if args.cluster else None
+        configs = [_one_shot_config(a) for a in _backfill_site_args(args)]  # one per site
+        config = configs[0]
+        _check_publish(args, config)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    engine_fits = _engine_process(args, config, early) if cluster is None and len(configs) == 1 \
+        else None
+    from monitor.compose import build_inspector
+
+    inspectors = [build_inspector(c, engine_fits) for c in configs]
     _settle_heap(args, inspectors)
     readers: list[tuple[Any, Any]] = []  # (read_window, close) per site
     publisher = None
@@ -534,6 +603,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             out.close()
         if executor is not None:
             executor.close()
+        if engine_fits is not None:
+            engine_fits.close()
         for _, close in readers:
             close()
     log.warning("backfill: %d inspections (%s)", written.total,
@@ -652,19 +723,30 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
     # the calibrated rule: the history and the incidents move on with each result
     tracker = _tracker(config, inspector, read, times[0]) \
         if inspector.calibrated and times else None
+
+    def first_pass(chunk: list[Any]) -> Any:
+        """The chunk's windows and detections now, its engine fits started: the times
+        observed and not written skip the fit's own p-value, which only a written firing
+        result reports. Returns the function that gives them."""
+        silent = inspector.begin_fit_engine_many([t for t in chunk if t not in plan.emit],
+                                                 read, p_values=False)
+        shown = inspector.begin_fit_engine_many([t for t in chunk if t in plan.emit], read)
+        return lambda: {**silent(), **shown()}
+
     with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
         step = PREFIT_TIMES if tracker is not None else MAX_BATCH
-        for start in range(0, len(times), step):
-            chunk = times[start:start + step]
+        chunks = [times[start:start + step] for start in range(0, len(times), step)]
+        pending = first_pass(chunks[0]) if tracker is not None and chunks else None
+        for k, chunk in enumerate(chunks):
             if tracker is None:
                 outcomes = inspector.run_many(chunk, read)
             else:
-                # the first pass; the times observed and not written skip the engine
-                # fit's own p-value, which only a written firing result reports
-                silent = [t for t in chunk if t not in plan.emit]
-                shown = [t for t in chunk if t in plan.emit]
-                prepared = {**inspector.fit_engine_many(silent, read, p_values=False),
-                            **inspector.fit_engine_many(shown, read)}
+                # the next chunk's first pass before this one's decisions: where the
+                # engine fits in a child process, this process builds the next windows
+                # while the child fits this chunk, and decides it while the child fits
+                # the next one
+                following = first_pass(chunks[k + 1]) if k + 1 < len(chunks) else None
+                prepared, pending = pending(), following
                 outcomes = []
                 for t in chunk:  # the second: decisions, history and incidents in order
                     outcome = inspector.run(t, read, tracker.history_at(t),
@@ -867,21 +949,25 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
     default = ("WARNING" if args.command in ("inspect", "backfill", "check-config", "demo")
                else "INFO")
     _setup_logging(args.log_level or default)
-    from connectors.base import ConnectorError
-    from monitor.config import ConfigError
-    from monitor.storage.state import StateError
-    from monitor.storage.store import StoreError
-
     try:
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (BadInput, ConnectorError, StoreError, StateError) as exc:
-        print(f"mmdwatch {args.command}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # the error classes load here, not before the command: connectors.base loads
+        # pandas, which a one-shot command loads after forking its engine process
+        from connectors.base import ConnectorError
+        from monitor.config import ConfigError
+        from monitor.storage.state import StateError
+        from monitor.storage.store import StoreError
+
+        if isinstance(exc, ConfigError):
+            print(str(exc), file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(exc, BadInput | ConnectorError | StoreError | StateError):
+            print(f"mmdwatch {args.command}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
     finally:
         if pause_collector:
             gc.enable()  # where the command ended before _settle_heap

@@ -17,6 +17,7 @@ from connectors.base import Sink, StreamSource, WindowSource
 from engine.live.calibration import CalibrationSettings
 from engine.live.residual_shift import DetectorSettings
 from monitor.config import MonitorConfig, SiteConfig
+from monitor.decision.calibrated_rule import EngineFits, fits_here
 from monitor.decision.incidents import IncidentSettings
 from monitor.decision.settings import DecisionSettings, EngineSettings
 from monitor.inspection import Inspector, Outcome
@@ -68,13 +69,18 @@ def build_decision(config: MonitorConfig) -> DecisionSettings:
                             source_history=d.source_history)
 
 
-def build_inspector(config: MonitorConfig) -> Inspector:
+def build_inspector(config: MonitorConfig, engine_fits: EngineFits | None = None
+                    ) -> Inspector:
+    """The site's inspector; ``engine_fits``: where its batched engine-part fits run
+    (default: in this process; a one-shot command passes its
+    :class:`~monitor.engine_process.EngineProcess`)."""
     e = config.engine
     engine = EngineSettings(method=e.method, alpha=e.alpha, seed=e.seed, device=e.device,
                             block_rows=config.block_rows,
                             params=tuple(sorted(e.params.items())))
     return Inspector(config.site, WindowSpec.from_config(config.windows), engine,
-                     config.inspection_settings(), build_decision(config))
+                     config.inspection_settings(), build_decision(config),
+                     engine_fits or fits_here)
 
 
 def build_incidents(config: MonitorConfig) -> IncidentSettings:

@@ -14,13 +14,19 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from connectors.timeutil import format_duration, iso
-from monitor.decision.calibrated_rule import Prepared, decide_calibrated, engine_part_selector
+from monitor.decision.calibrated_rule import (
+    EngineFits,
+    PendingFits,
+    Prepared,
+    decide_calibrated,
+    fits_here,
+)
 from monitor.decision.engine_rule import calibrate_on_source, decide_on_engine
 from monitor.decision.settings import DecisionSettings, EngineSettings, Selector
 from monitor.result import (
@@ -104,15 +110,21 @@ class Outcome:
 
 
 class Inspector:
-    """Runs inspections for one site with fixed window and engine settings."""
+    """Runs inspections for one site with fixed window and engine settings.
+
+    ``engine_fits``: where the calibrated rule's batched engine-part fits run
+    (:meth:`fit_engine_many`): in this process by default, or a one-shot command's
+    :class:`~monitor.engine_process.EngineProcess`."""
 
     def __init__(self, site: str, spec: WindowSpec, engine: EngineSettings,
-                 settings: dict[str, Any], decision: DecisionSettings | None = None) -> None:
+                 settings: dict[str, Any], decision: DecisionSettings | None = None,
+                 engine_fits: EngineFits = fits_here) -> None:
         self.site = site
         self.spec = spec
         self.engine = engine
         self.settings = settings  # hashed into fingerprints
         self.decision = decision or DecisionSettings()
+        self.engine_fits = engine_fits
 
     @property
     def calibrated(self) -> bool:
@@ -329,6 +341,15 @@ class Inspector:
         p-value)."""
         return prepare_many([(self, times, read_window)], p_values=p_values)[0]
 
+    def begin_fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow, *,
+                              p_values: bool = True
+                              ) -> Callable[[], dict[datetime, Prepared]]:
+        """:meth:`fit_engine_many` in two steps: the windows and detections now, the engine
+        fits started (where :attr:`engine_fits` runs them elsewhere, they run while this
+        process goes on); the returned function gives the result."""
+        finish = begin_prepare_many([(self, times, read_window)], p_values=p_values)
+        return lambda: finish()[0]
+
     def detect_windows(self, times: Sequence[datetime], read_window: ReadWindow
                        ) -> dict[datetime, Prepared]:
         """The windows and the level statistic's detection at each of ``times`` whose
@@ -353,6 +374,14 @@ def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]
     decision, so each site's results equal its inspections run one by one.
     ``p_values=False`` (history values: only the statistic is kept): the engine fits skip
     their own permutation p-value, which only a firing result reports."""
+    return begin_prepare_many(work, p_values=p_values)()
+
+
+def begin_prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]], *,
+                       p_values: bool = True) -> Callable[[], list[dict[datetime, Prepared]]]:
+    """:func:`prepare_many` in two steps: the windows and detections now, each group's
+    engine fits started through its first inspector's ``engine_fits``; the returned
+    function waits for the fits and gives the result."""
     from engine.live.engine_power import residual_pair
 
     detected = [inspector.detect_windows(times, read) for inspector, times, read in work]
@@ -361,11 +390,19 @@ def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]
         if inspector.decision.engine_weight > 0 and detected[i]:
             key = repr((inspector.engine, inspector.decision.engine_rows))
             groups.setdefault(key, []).append(i)
+    started: list[tuple[list[int], PendingFits]] = []
     for members in groups.values():
-        engine, rows = work[members[0]][0].engine, work[members[0]][0].decision.engine_rows
-        pairs = [residual_pair(p.detection, rows) for i in members for p in detected[i].values()]
-        fits = iter(engine_part_selector(engine, p_value=p_values).fit_many(  # type: ignore[attr-defined]
-            pairs, errors="return"))
-        for i in members:
-            detected[i] = {t: replace(p, engine_fit=next(fits)) for t, p in detected[i].items()}
-    return detected
+        first = work[members[0]][0]
+        pairs = [residual_pair(p.detection, first.decision.engine_rows)
+                 for i in members for p in detected[i].values()]
+        started.append((members, first.engine_fits(first.engine, pairs, p_values)))
+
+    def finish() -> list[dict[datetime, Prepared]]:
+        for members, pending in started:
+            fits = iter(pending())
+            for i in members:
+                detected[i] = {t: replace(p, engine_fit=next(fits))
+                               for t, p in detected[i].items()}
+        return detected
+
+    return finish

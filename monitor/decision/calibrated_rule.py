@@ -11,10 +11,11 @@ and the sensors named by the part that fired.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
@@ -82,6 +83,31 @@ def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Sel
               **({} if p_value else HISTORY_PARAMS)}
     return replace(engine, method="cv-aggregation",
                    params=tuple(sorted(params.items()))).make_selector()
+
+
+def fit_engine_pairs(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
+                     p_value: bool) -> list[Selection | Exception]:
+    """The engine part's fits of residual ``pairs`` ((before, after) frames), one batched
+    ``fit_many``; each entry the fit or its error. ``p_value``: as
+    :func:`engine_part_selector`."""
+    return engine_part_selector(engine, p_value=p_value).fit_many(  # type: ignore[attr-defined]
+        list(pairs), errors="return")
+
+
+#: Fits that were started: called, it returns them (waiting where they run elsewhere).
+PendingFits: TypeAlias = Callable[[], "list[Selection | Exception]"]
+#: Where an inspector's engine-part fits run: called with (engine, pairs, p_value) as
+#: :func:`fit_engine_pairs`, it starts them and returns them pending.
+#: :func:`fits_here` (this process, when they are asked for), or a one-shot command's
+#: :class:`monitor.engine_process.EngineProcess` (a child process, at once).
+EngineFits: TypeAlias = Callable[["EngineSettings", Sequence[tuple[Any, Any]], bool],
+                                 PendingFits]
+
+
+def fits_here(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]], p_value: bool
+              ) -> PendingFits:
+    """:func:`fit_engine_pairs` in this process, run when the pending fits are asked for."""
+    return partial(fit_engine_pairs, engine, list(pairs), p_value)
 
 
 def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettings,

@@ -1,0 +1,114 @@
+"""The engine part's fits of a one-shot command in a child process, so that loading the
+engine overlaps the command's own work.
+
+A one-shot ``mmdwatch backfill`` or ``inspect`` under the calibrated rule spends a third of
+its time importing torch (0.8 s of CPU on a 2-core VM), and needs torch only for the
+engine part's fits (:func:`monitor.decision.calibrated_rule.fit_engine_pairs`). The
+reading of the source, the windows, the level statistics and the decisions are NumPy and
+pandas. :class:`EngineProcess` forks one child at the start of the command, which loads
+the engine while the parent reads and builds windows; the parent then sends it the
+residual pairs (a few KB each) and gets the fits back. The parent never imports torch.
+
+The child runs the same code as the parent would, with the same threads
+(``fit_many``'s batches), so the fits are the same to the bit (tests/monitor/
+test_engine_process.py). Where the child dies (out of memory, a crash in native code),
+the pool breaks: that call and every later one fits in this process instead, logged once.
+
+Only a one-shot command's own process (``monitor.cli.entry``) uses it: it forks before
+any thread exists there (the executor's management thread starts after the fork). The
+daemon, which keeps the engine loaded for its whole life, fits in its own process.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.result import Selection
+    from monitor.decision.calibrated_rule import PendingFits
+    from monitor.decision.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EngineProcess"]
+
+
+def _ready() -> bool:
+    """The first task: returns once the child has run its initializer (loaded the engine)."""
+    return True
+
+
+class EngineProcess:
+    """Engine-part fits in one forked child process; an ``EngineFits`` callable
+    (:data:`monitor.decision.calibrated_rule.EngineFits`).
+
+    ``prepare_child`` runs first in the child (it loads the engine: the import that
+    overlaps the parent's work). Close it with :meth:`close` (or use it as a context
+    manager)."""
+
+    def __init__(self, prepare_child: Callable[[], None]) -> None:
+        # what this process has buffered would be written twice: once here, once when the
+        # child exits (multiprocessing flushes its standard streams)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        context = multiprocessing.get_context("fork")
+        self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
+            max_workers=1, mp_context=context, initializer=prepare_child)
+        before = set(multiprocessing.active_children())
+        self._pool.submit(_ready)  # forks now: the child loads the engine meanwhile
+        self._child = [p for p in multiprocessing.active_children() if p not in before]
+
+    def __call__(self, engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
+                 p_value: bool) -> PendingFits:
+        """:func:`fit_engine_pairs` of ``pairs`` started in the child; the returned
+        function waits for them (fits them here where the child has died)."""
+        # here, not at the top: this module loads before the fork, the rule's NumPy and
+        # pandas after it
+        from monitor.decision.calibrated_rule import fit_engine_pairs
+
+        pairs = list(pairs)
+        future = None
+        if self._pool is not None:
+            try:
+                future = self._pool.submit(fit_engine_pairs, engine, pairs, p_value)
+            except BrokenProcessPool as exc:
+                self._lost(exc)
+
+        def result() -> list[Selection | Exception]:
+            if future is not None:
+                try:
+                    return future.result()
+                except BrokenProcessPool as exc:
+                    self._lost(exc)
+            return fit_engine_pairs(engine, pairs, p_value)
+
+        return result
+
+    def _lost(self, exc: BaseException) -> None:
+        """The child died: every fit from now on runs in this process."""
+        if self._pool is not None:
+            log.warning("the engine's child process died (%s); fitting in this process "
+                        "from now on", exc)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def close(self) -> None:
+        """Stop the child at once: idle once the command's fits are back, or still loading
+        the engine where the command ended early (bad input), which need not wait."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for child in self._child:
+            child.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> EngineProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
