@@ -62,6 +62,8 @@ class EngineProcess:
         before = set(multiprocessing.active_children())
         self._pool.submit(_ready)  # forks now: the child loads the engine meanwhile
         self._child = [p for p in multiprocessing.active_children() if p not in before]
+        log.info("the engine part fits in a child process (pid %s), which loads the "
+                 "engine meanwhile", ", ".join(str(p.pid) for p in self._child))
 
     def __call__(self, engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
                  p_value: bool) -> PendingFits:

@@ -152,15 +152,18 @@ def _planned(argv: list[str]):
 
 
 @pytest.mark.slow
-def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path):
+def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path, monkeypatch):
     """``mmdwatch backfill`` computes the windows, level statistics and engine-part fits
     of many times first (one batched fit) and decides them in order after; deciding each
     time alone, its engine part fitted alone (the agent's path, and the backfill's before
     the two passes), gives the same results at every time: fingerprints, statuses,
-    incidents and p-values within 1e-9."""
+    incidents and p-values within 1e-9. In chunks of 40 times, so that the first pass of
+    each next chunk is started before the decisions of the one before (as in a long
+    backfill)."""
     from monitor.cli import _tracker
     from monitor.fleet.backfill import observe
 
+    monkeypatch.setattr("monitor.inspection.PREFIT_TIMES", 40)
     argv = _change_argv(tmp_path)
     batched = json_lines(tmp_path / "two-pass.jsonl", argv)
     with _planned(argv) as (config, inspector, read, plan):

@@ -1,0 +1,119 @@
+"""A one-shot command's engine process (monitor/engine_process.py): the engine part's fits
+in a forked child equal this process's to the bit, a child that dies leaves them to this
+process, and the ``mmdwatch`` process of a backfill fits in one.
+
+The forks happen in a child Python of the test, as in the ``mmdwatch`` process: the test
+process runs threads (pytest-xdist's), and a fork is for a process without any."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.demo.simulate import Scenario, simulate, write_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Fits the residual pairs of eight inspection times of a simulated stream three ways,
+#: with and without their p-values: in an EngineProcess (as ``mmdwatch backfill``), in
+#: one whose child dies before its first fit, and in this process. Prints the fits as
+#: JSON, and whether torch was loaded here after the EngineProcess had fitted.
+SCRIPT = r"""
+import json, logging, os, sys
+from datetime import UTC, datetime, timedelta
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+from monitor.cli import _settle_engine_child, _window_reader
+from monitor.engine_process import EngineProcess
+
+child = EngineProcess(_settle_engine_child)  # forked before pandas and torch load, as the CLI
+dead = EngineProcess(lambda: os._exit(3))
+
+from monitor.compose import build_inspector
+from monitor.config import validate_config
+from monitor.decision.calibrated_rule import fits_here
+from engine.live.engine_power import residual_pair
+
+config = validate_config({"site": "net", "source": {"type": "file", "path": sys.argv[1]},
+                          "sinks": []})
+inspector = build_inspector(config)
+read, close = _window_reader(config)
+times = [datetime(2026, 1, 12, tzinfo=UTC) + timedelta(hours=3 * i) for i in range(8)]
+pairs = [residual_pair(p.detection, inspector.decision.engine_rows)
+         for p in inspector.detect_windows(times, read).values()]
+
+def dump(fits):  # each fit as its JSON, less its own run time
+    return [repr(f) if isinstance(f, Exception) else
+            {k: v for k, v in f.to_dict().items() if k != "runtime_s"} for f in fits]
+
+out = {"pairs": len(pairs)}
+for p_value in (False, True):
+    out[f"child {p_value}"] = dump(child(inspector.engine, pairs, p_value)())
+out["torch before fitting here"] = "torch" in sys.modules
+for p_value in (False, True):
+    out[f"dead {p_value}"] = dump(dead(inspector.engine, pairs, p_value)())
+    out[f"here {p_value}"] = dump(fits_here(inspector.engine, pairs, p_value)())
+child.close()
+dead.close()
+close()
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def three_ways(tmp_path_factory) -> tuple[dict, str]:
+    frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
+    path = tmp_path_factory.mktemp("engine-process") / "net.csv"
+    write_csv(frame, path)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_the_engine_process_fits_as_this_process_does(three_ways):
+    out, _ = three_ways
+    assert out["pairs"] == 8
+    for p_value in (False, True):
+        here = out[f"here {p_value}"]
+        assert len(here) == 8 and all(isinstance(f, dict) for f in here)
+        assert out[f"child {p_value}"] == here  # to the bit: the same code, other process
+    # the p-value's own permutation tests ran only where asked for
+    assert all(f["p_value"] is not None for f in out["here True"])
+    # the command's process itself never loaded torch while the child fitted
+    assert out["torch before fitting here"] is False
+
+
+def test_a_dead_engine_process_leaves_the_fits_to_this_one(three_ways):
+    out, log = three_ways
+    for p_value in (False, True):
+        assert out[f"dead {p_value}"] == out[f"here {p_value}"]
+    assert log.count("the engine's child process died") == 1  # said once, then here
+
+
+@pytest.mark.slow
+def test_a_backfill_process_fits_in_its_engine_process(tmp_path):
+    """``python -m monitor.cli backfill`` (the process of a one-shot command) starts its
+    engine process and says so; its results equal ``main`` in a caller's process, which
+    fits in that process (tests/monitor/test_cli.py compares the two on results)."""
+    frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    args = ["backfill", "--data", str(path), "--start", "2026-01-12", "--end", "2026-01-13",
+            "--every", "1d"]
+    own = subprocess.run([sys.executable, "-m", "monitor.cli", "--log-level", "INFO", *args,
+                          "--out", str(tmp_path / "own.jsonl")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert own.returncode == 0, own.stderr
+    assert "the engine part fits in a child process" in own.stderr
+    assert len((tmp_path / "own.jsonl").read_text().splitlines()) == 2
+    retro = subprocess.run([sys.executable, "-m", "monitor.cli", "--log-level", "INFO", *args,
+                            "--profile",
+                            "retrospective", "--out", str(tmp_path / "retro.jsonl")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           check=False)
+    assert retro.returncode == 0, retro.stderr
+    assert "the engine part fits in a child process" not in retro.stderr  # engine rule
