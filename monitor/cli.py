@@ -363,7 +363,7 @@ def _engine_process(args: argparse.Namespace, config: Any = None, started: Any =
             and (args.engine_weight is None or args.engine_weight > 0)
     else:
         wanted = config.decision.rule == "calibrated" and config.decision.engine_weight > 0
-    wanted = wanted and getattr(args, "own_process", False)
+    wanted = wanted and getattr(args, "own_process", False) and _can_fork()
     if started is not None:
         if not wanted:
             started.close()
@@ -373,6 +373,13 @@ def _engine_process(args: argparse.Namespace, config: Any = None, started: Any =
     from monitor.engine_process import EngineProcess
 
     return EngineProcess(_settle_engine_child)
+
+
+def _can_fork() -> bool:
+    """Whether this platform forks (not Windows): elsewhere the engine fits here."""
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _settle_engine_child() -> None:
