@@ -553,8 +553,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         if early is not None:
             early.close()
         raise
-    engine_fits = _engine_process(args, config, early) if cluster is None and len(configs) == 1 \
-        else None
+    if cluster is None and len(configs) == 1:
+        engine_fits = _engine_process(args, config, early)
+    else:  # the sites' jobs fit where they run
+        engine_fits = None
+        if early is not None:
+            early.close()
     from monitor.compose import build_inspector
 
     inspectors = [build_inspector(c, engine_fits) for c in configs]
@@ -743,7 +747,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
     with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
         step = PREFIT_TIMES if tracker is not None else MAX_BATCH
         chunks = [times[start:start + step] for start in range(0, len(times), step)]
-        pending = first_pass(chunks[0]) if tracker is not None and chunks else None
+        pending: Any = first_pass(chunks[0]) if tracker is not None and chunks else None
         for k, chunk in enumerate(chunks):
             if tracker is None:
                 outcomes = inspector.run_many(chunk, read)

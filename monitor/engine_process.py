@@ -48,8 +48,7 @@ class EngineProcess:
     (:data:`monitor.decision.calibrated_rule.EngineFits`).
 
     ``prepare_child`` runs first in the child (it loads the engine: the import that
-    overlaps the parent's work). Close it with :meth:`close` (or use it as a context
-    manager)."""
+    overlaps the parent's work). Close it with :meth:`close`."""
 
     def __init__(self, prepare_child: Callable[[], None]) -> None:
         # what this process has buffered would be written twice: once here, once when the
@@ -108,9 +107,3 @@ class EngineProcess:
         for child in self._child:
             child.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> EngineProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
