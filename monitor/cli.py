@@ -384,12 +384,11 @@ def _can_fork() -> bool:
 
 def _settle_engine_child() -> None:
     """The engine's child process (:func:`_engine_process`) settles its heap as a one-shot
-    process does: the allocator kept, the engine and the code that unpickles its work
-    (the residual frames: pandas) imported with the collector off (off since
-    :func:`main`, inherited through the fork), then frozen."""
+    process does: the allocator kept, the engine imported with the collector off (off
+    since :func:`main`, inherited through the fork), then frozen. Its work arrives as
+    :class:`~monitor.engine_process.Table` pairs: no pandas to load."""
     _keep_freed_memory()
-    import engine.selectors  # noqa: F401  (the imports whose objects are frozen)
-    import monitor.decision.calibrated_rule  # noqa: F401
+    import engine.selectors  # noqa: F401  (the import whose objects are frozen)
     gc.freeze()
     gc.enable()
 

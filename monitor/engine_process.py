@@ -7,7 +7,8 @@ engine part's fits (:func:`monitor.decision.calibrated_rule.fit_engine_pairs`). 
 reading of the source, the windows, the level statistics and the decisions are NumPy and
 pandas. :class:`EngineProcess` forks one child at the start of the command, which loads
 the engine while the parent reads and builds windows; the parent then sends it the
-residual pairs (a few KB each) and gets the fits back. The parent never imports torch.
+residual pairs (a few KB each, as :class:`Table`: the child loads no pandas) and the
+selector's settings, and gets the fits back. The parent does not import torch for them.
 
 The child runs the same code as the parent would, with the same threads
 (``fit_many``'s batches), so the fits are the same to the bit (tests/monitor/
@@ -26,21 +27,62 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # none of them loads before the fork
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+
     from engine.result import Selection
     from monitor.decision.calibrated_rule import PendingFits
     from monitor.decision.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EngineProcess"]
+__all__ = ["EngineProcess", "Table", "fit_tables"]
 
 
 def _ready() -> bool:
     """The first task: returns once the child has run its initializer (loaded the engine)."""
     return True
+
+
+@dataclass(frozen=True)
+class Table:
+    """A residual frame as the engine reads a DataFrame (``engine._inputs``: its columns'
+    labels and its numbers as float64), so that the child unpickles its work without
+    pandas, whose import would be on its way to the first fit.
+
+    ``values`` (n, D) float64; ``columns`` (D,) the labels (an object array)."""
+
+    values: npt.NDArray[np.float64]
+    columns: npt.NDArray[np.object_]
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Table:
+        import numpy as np
+
+        return cls(frame.to_numpy(dtype=np.float64),
+                   np.asarray(frame.columns.tolist(), dtype=object))
+
+    def to_numpy(self, dtype: Any = None) -> npt.NDArray[Any]:
+        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+
+
+def fit_tables(selector: tuple[str, dict[str, Any]], pairs: list[tuple[Table, Table]]
+               ) -> list[Selection | Exception]:
+    """In the child: ``fit_many`` of the selector ``(class name in engine, constructor
+    arguments)`` (:meth:`~monitor.decision.settings.EngineSettings.selector_spec`) on
+    ``pairs``, each entry the fit or its error (:func:`~monitor.decision.calibrated_rule.
+    fit_engine_pairs` on the frames the tables were made of)."""
+    import engine
+
+    name, kwargs = selector
+    fits: list[Selection | Exception] = getattr(engine, name)(**kwargs).fit_many(
+        pairs, errors="return")
+    return fits
 
 
 class EngineProcess:
@@ -66,17 +108,20 @@ class EngineProcess:
 
     def __call__(self, engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
                  p_value: bool) -> PendingFits:
-        """:func:`fit_engine_pairs` of ``pairs`` started in the child; the returned
-        function waits for them (fits them here where the child has died)."""
+        """The engine part's fits of the residual frame ``pairs``
+        (:func:`~monitor.decision.calibrated_rule.fit_engine_pairs`) started in the child;
+        the returned function waits for them (fits them here where the child has died)."""
         # here, not at the top: this module loads before the fork, the rule's NumPy and
         # pandas after it
-        from monitor.decision.calibrated_rule import fit_engine_pairs
+        from monitor.decision.calibrated_rule import engine_part_settings, fit_engine_pairs
 
         pairs = list(pairs)
         future = None
         if self._pool is not None:
+            selector = engine_part_settings(engine, p_value=p_value).selector_spec()
+            tables = [(Table.of(x), Table.of(y)) for x, y in pairs]
             try:
-                future = self._pool.submit(fit_engine_pairs, engine, pairs, p_value)
+                future = self._pool.submit(fit_tables, selector, tables)
             except BrokenProcessPool as exc:
                 self._lost(exc)
 

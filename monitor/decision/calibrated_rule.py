@@ -68,7 +68,7 @@ def _history_span(values: int, cal: Any) -> str:
     return "0s" if not span else format_duration(span)
 
 
-def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Selector:
+def engine_part_settings(engine: EngineSettings, *, p_value: bool = True) -> EngineSettings:
     """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
     rule and reports): the engine settings with
     :data:`~engine.live.engine_power.ENGINE_PART_PARAMS` over them (and
@@ -81,8 +81,12 @@ def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Sel
 
     params = {**ENGINE_PART_DEFAULTS, **dict(engine.params), **ENGINE_PART_PARAMS,
               **({} if p_value else HISTORY_PARAMS)}
-    return replace(engine, method="cv-aggregation",
-                   params=tuple(sorted(params.items()))).make_selector()
+    return replace(engine, method="cv-aggregation", params=tuple(sorted(params.items())))
+
+
+def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Selector:
+    """The selector of :func:`engine_part_settings` (imports torch)."""
+    return engine_part_settings(engine, p_value=p_value).make_selector()
 
 
 def fit_engine_pairs(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],

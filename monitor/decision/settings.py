@@ -44,13 +44,20 @@ class EngineSettings:
     block_rows: int | None = None
     params: tuple[tuple[str, Any], ...] = ()
 
+    def selector_spec(self) -> tuple[str, dict[str, Any]]:
+        """The selector's class name in :mod:`engine` and its constructor's arguments,
+        without importing the engine (what a one-shot command sends the process that fits,
+        :mod:`monitor.engine_process`)."""
+        return SELECTORS[self.method], {"seed": self.seed, "device": self.device,
+                                        "alpha": self.alpha, "block_size": self.block_rows,
+                                        **dict(self.params)}
+
     def make_selector(self) -> Selector:
         """The engine selector for these settings (imports torch: call it lazily)."""
         import engine
 
-        cls = getattr(engine, SELECTORS[self.method])
-        selector: Selector = cls(seed=self.seed, device=self.device, alpha=self.alpha,
-                                 block_size=self.block_rows, **dict(self.params))
+        name, kwargs = self.selector_spec()
+        selector: Selector = getattr(engine, name)(**kwargs)
         return selector
 
 
