@@ -117,3 +117,17 @@ def test_a_backfill_process_fits_in_its_engine_process(tmp_path):
                            check=False)
     assert retro.returncode == 0, retro.stderr
     assert "the engine part fits in a child process" not in retro.stderr  # engine rule
+
+
+def test_a_one_shot_process_runs_one_blas_thread_unless_told_otherwise():
+    """``_one_blas_thread`` (a one-shot command's process, before NumPy loads): OpenBLAS's
+    spinning threads would take the cores of the engine process's fits; a number the
+    environment gives stays."""
+    from monitor.cli import _one_blas_thread
+
+    unset: dict[str, str] = {}
+    _one_blas_thread(unset)
+    assert unset == {"OPENBLAS_NUM_THREADS": "1"}
+    given = {"OPENBLAS_NUM_THREADS": "4"}
+    _one_blas_thread(given)
+    assert given == {"OPENBLAS_NUM_THREADS": "4"}
