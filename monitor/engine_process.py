@@ -1,8 +1,8 @@
 """The engine part's fits of a one-shot command in a child process, so that loading the
 engine overlaps the command's own work.
 
-A one-shot ``mmdwatch backfill`` or ``inspect`` under the calibrated rule spends a third of
-its time importing torch (0.8 s of CPU on a 2-core VM), and needs torch only for the
+A one-shot ``mmdwatch backfill`` or ``inspect`` under the calibrated rule spent a third of
+its time importing torch (about a second on a 2-core VM), and needs torch only for the
 engine part's fits (:func:`monitor.decision.calibrated_rule.fit_engine_pairs`). The
 reading of the source, the windows, the level statistics and the decisions are NumPy and
 pandas. :class:`EngineProcess` forks one child at the start of the command, which loads
