@@ -482,9 +482,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     inspector = build_inspector(config, engine_fits)
     _settle_heap(args, [inspector])
-    read, close = _window_reader(config)
-    publisher = None
+    publisher = close = None
     try:
+        read, close = _window_reader(config)
         publisher = _publisher(args, config)
         history = prepared = None
         if inspector.calibrated:
@@ -506,7 +506,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     finally:
         if engine_fits is not None:
             engine_fits.close()
-        close()
+        if close is not None:
+            close()
     if args.report is not None:
         _report_one(outcome, args.report, config)
     return _finish_publishing(publisher, args)
