@@ -374,7 +374,12 @@ def _engine_process(args: argparse.Namespace, config: Any = None, started: Any =
         return None
     from monitor.engine_process import EngineProcess
 
-    return EngineProcess(_settle_engine_child)
+    try:
+        return EngineProcess(_settle_engine_child)
+    except OSError as exc:  # no process or no semaphore to be had (a sandbox without /dev/shm)
+        log.warning("the engine part fits in this process: its child process could not "
+                    "start (%s)", exc)
+        return None
 
 
 def _one_blas_thread(environ: MutableMapping[str, str]) -> None:
