@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -44,9 +45,38 @@ log = logging.getLogger(__name__)
 __all__ = ["EngineProcess", "Table", "fit_tables"]
 
 
+#: Linux's ``prctl`` option: the signal a process gets when its parent dies
+_PR_SET_PDEATHSIG = 1
+
+
 def _ready() -> bool:
     """The first task: returns once the child has run its initializer (loaded the engine)."""
     return True
+
+
+def _start_child(prepare_child: Callable[[], None], parent: int) -> None:
+    """The child's initializer: bound to its parent's life, then ``prepare_child``."""
+    _die_with(parent)
+    prepare_child()
+
+
+def _die_with(parent: int) -> None:
+    """End this child when the command's process ends without closing it (killed, or a
+    timeout's SIGTERM): it would otherwise wait on its work queue forever, holding the
+    engine's memory, because the fork left it the queue's other end too. Linux's
+    ``PR_SET_PDEATHSIG``; where there is no ``prctl``, nothing changes. A parent that died
+    before the call has left this child to another process: it ends at once."""
+    import ctypes
+    import os
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 @dataclass(frozen=True)
@@ -99,7 +129,8 @@ class EngineProcess:
         sys.stderr.flush()
         context = multiprocessing.get_context("fork")
         self._pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
-            max_workers=1, mp_context=context, initializer=prepare_child)
+            max_workers=1, mp_context=context, initializer=_start_child,
+            initargs=(prepare_child, os.getpid()))
         before = set(multiprocessing.active_children())
         self._pool.submit(_ready)  # forks now: the child loads the engine meanwhile
         self._child = [p for p in multiprocessing.active_children() if p not in before]

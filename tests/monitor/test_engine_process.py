@@ -7,8 +7,11 @@ process runs threads (pytest-xdist's), and a fork is for a process without any."
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,49 @@ def test_a_command_whose_engine_process_cannot_start_fits_in_its_own(monkeypatch
     args = argparse.Namespace(own_process=True, config=None, profile=None, engine_weight=None)
     assert _engine_process(args) is None
     assert "its child process could not start" in caplog.text
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid``'s threads forked (Linux's /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="Linux's /proc")
+def test_the_engine_process_ends_with_a_killed_command(tmp_path):
+    """A ``mmdwatch backfill`` killed (SIGKILL: no ``close``) takes its engine process
+    with it; the child would otherwise wait on its work queue forever, holding the
+    engine's memory."""
+    frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
+    path = tmp_path / "net.csv"
+    write_csv(frame, path)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "monitor.cli", "backfill", "--data", str(path), "--start",
+         "2026-01-12", "--end", "2026-01-18", "--out", str(tmp_path / "out.jsonl")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    children: list[int] = []
+    while not children and command.poll() is None and time.monotonic() < deadline:
+        children = _children(command.pid)
+        time.sleep(0.01)
+    assert children, "the backfill ended before its engine process was seen"
+    os.kill(command.pid, signal.SIGKILL)
+    command.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, children))
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
