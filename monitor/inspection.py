@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 PREFIT_TIMES = 168
 
 __all__ = ["PREFIT_TIMES", "SCHEMA", "DecisionSettings", "EngineSettings", "Inspector",
-           "Outcome", "Selector", "fingerprint", "prepare_many", "read_span", "summarise"]
+           "Outcome", "Selector", "begin_prepare_many", "fingerprint", "prepare_many",
+           "read_span", "summarise"]
 
 
 @functools.cache
