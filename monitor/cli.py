@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -348,30 +348,53 @@ def _report_one(outcome: Any, report_dir: Path, config: Any) -> None:
 # ------------------------------------------------------------------------------------------
 # commands
 # ------------------------------------------------------------------------------------------
-def _engine_process(args: argparse.Namespace, config: Any = None, started: Any = None
-                    ) -> Any:
-    """The :class:`~monitor.engine_process.EngineProcess` of a one-shot command's own
-    process whose engine part fits under the calibrated rule (its child loads torch while
-    this process reads the source and builds the windows), else None.
+def _configs_and_engine_process(args: argparse.Namespace,
+                                read_configs: Callable[[], list[Any]]
+                                ) -> tuple[list[Any], Any]:
+    """``read_configs()`` (a one-shot command's configs, one per site) and the command's
+    :class:`~monitor.engine_process.EngineProcess`, or None where the engine part fits
+    elsewhere (:func:`_fits_in_child`; several sites or ``--cluster``: where their jobs
+    run).
 
     Why: torch's import is a third of a short backfill (d1's leak day, 192 inspections:
-    see docs/engine.md, "The engine in a child process"), and only the fits need it.
-    ``config`` None: ``--data`` alone says it (the live profile, the default, unless
-    ``--profile retrospective``; its engine weight is positive unless ``--engine-weight``
-    gives 0), so that the child forks before the config's validation loads pandas (0.3 s).
-    ``started``: the one started so, kept where ``config`` confirms it, else closed."""
+    see docs/engine.md, "The engine in a child process"), and only the fits need it; the
+    child loads it while this process reads the source and builds the windows. With
+    ``--data`` the command line alone says whether the engine part fits, so the child
+    forks before the configs are read (their validation loads pandas, 0.3 s); it is
+    closed where the config says otherwise."""
+    here = getattr(args, "cluster", None) is None
+    early = _start_engine_process() \
+        if here and args.config is None and _fits_in_child(args) else None
+    try:
+        configs = read_configs()
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    if here and len(configs) == 1 and _fits_in_child(args, configs[0]):
+        return configs, early or _start_engine_process()
+    if early is not None:
+        early.close()
+    return configs, None
+
+
+def _fits_in_child(args: argparse.Namespace, config: Any = None) -> bool:
+    """Whether the command's engine part fits in a child process: its own process (not
+    ``main`` in a caller's), a platform that forks, and the calibrated rule with the
+    engine part on; ``config`` None: as ``--data`` alone says it (the live profile, the
+    default, unless ``--profile retrospective``; an engine weight above 0 unless
+    ``--engine-weight`` gives 0)."""
+    if not getattr(args, "own_process", False) or not _can_fork():
+        return False
     if config is None:
-        wanted = args.config is None and args.profile != "retrospective" \
+        return args.profile != "retrospective" \
             and (args.engine_weight is None or args.engine_weight > 0)
-    else:
-        wanted = config.decision.rule == "calibrated" and config.decision.engine_weight > 0
-    wanted = wanted and getattr(args, "own_process", False) and _can_fork()
-    if started is not None:
-        if not wanted:
-            started.close()
-        return started if wanted else None
-    if not wanted:
-        return None
+    return config.decision.rule == "calibrated" and config.decision.engine_weight > 0
+
+
+def _start_engine_process() -> Any:
+    """A started :class:`~monitor.engine_process.EngineProcess`, or None (logged) where
+    its child cannot start."""
     from monitor.engine_process import EngineProcess
 
     try:
@@ -403,10 +426,10 @@ def _can_fork() -> bool:
 
 
 def _settle_engine_child() -> None:
-    """The engine's child process (:func:`_engine_process`) settles its heap as a one-shot
-    process does: the allocator kept, the engine imported with the collector off (off
-    since :func:`main`, inherited through the fork), then frozen. Its work arrives as
-    :class:`~monitor.engine_process.Table` pairs: no pandas to load."""
+    """The engine's child process (:func:`_start_engine_process`) settles its heap as a
+    one-shot process does: the allocator kept, the engine imported with the collector
+    off (off since :func:`main`, inherited through the fork), then frozen. Its work
+    arrives as :class:`~monitor.engine_process.Table` pairs: no pandas to load."""
     _keep_freed_memory()
     import engine.selectors  # noqa: F401  (the import whose objects are frozen)
     gc.freeze()
@@ -474,15 +497,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise BadInput(f"--at: {exc}") from None
     _check_publish(args)
-    early = _engine_process(args) if args.config is None else None
-    try:
+
+    def read_config() -> list[Any]:
         config = _one_shot_config(args)
         _check_publish(args, config)
-    except BaseException:
-        if early is not None:
-            early.close()
-        raise
-    engine_fits = _engine_process(args, config, early)
+        return [config]
+
+    (config,), engine_fits = _configs_and_engine_process(args, read_config)
     from monitor.compose import build_inspector
 
     inspector = build_inspector(config, engine_fits)
@@ -562,23 +583,15 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     if end < start or (every is not None and every.total_seconds() <= 0):
         raise BadInput("--end must not be before --start, and --every must be positive")
     _check_publish(args)
-    # one site in this process: its engine fits in a child that loads torch meanwhile
-    early = _engine_process(args) if args.config is None and args.cluster is None else None
-    try:
-        cluster = _cluster_config(args.cluster) if args.cluster else None
+    cluster = _cluster_config(args.cluster) if args.cluster else None
+
+    def read_configs() -> list[Any]:
         configs = [_one_shot_config(a) for a in _backfill_site_args(args)]  # one per site
-        config = configs[0]
-        _check_publish(args, config)
-    except BaseException:
-        if early is not None:
-            early.close()
-        raise
-    if cluster is None and len(configs) == 1:
-        engine_fits = _engine_process(args, config, early)
-    else:  # the sites' jobs fit where they run
-        engine_fits = None
-        if early is not None:
-            early.close()
+        _check_publish(args, configs[0])
+        return configs
+
+    configs, engine_fits = _configs_and_engine_process(args, read_configs)
+    config = configs[0]
     from monitor.compose import build_inspector
 
     inspectors = [build_inspector(c, engine_fits) for c in configs]
@@ -955,8 +968,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.state_dir, report=not args.no_report)
 
 
-#: the commands whose process does one job and exits: their heap is settled once the
-#: engine is imported (:func:`_settle_heap`)
+#: the commands whose process does one job and exits: one OpenBLAS thread
+#: (:func:`_one_blas_thread`), the heap settled once the libraries are loaded
+#: (:func:`_settle_heap`)
 ONE_SHOT_COMMANDS = ("inspect", "backfill")
 COMMANDS = {"demo": cmd_demo, "run": cmd_run, "inspect": cmd_inspect,
             "backfill": cmd_backfill, "check-config": cmd_check_config, "ack": cmd_ack}
@@ -969,9 +983,10 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
     goes on (tests, scripts)."""
     args = build_parser().parse_args(argv)
     args.own_process = own_process
-    if own_process and args.command in ONE_SHOT_COMMANDS:
+    one_shot = own_process and args.command in ONE_SHOT_COMMANDS
+    if one_shot:
         _one_blas_thread(os.environ)
-    pause_collector = own_process and args.command in ONE_SHOT_COMMANDS and gc.isenabled()
+    pause_collector = one_shot and gc.isenabled()
     if pause_collector:
         # No cyclic collection while the libraries load: torch's import allocates some
         # 160,000 objects that never die, and the collections it triggers walk them again

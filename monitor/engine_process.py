@@ -67,7 +67,6 @@ def _die_with(parent: int) -> None:
     ``PR_SET_PDEATHSIG``; where there is no ``prctl``, nothing changes. A parent that died
     before the call has left this child to another process: it ends at once."""
     import ctypes
-    import os
     import signal
 
     try:

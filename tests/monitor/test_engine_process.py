@@ -139,17 +139,14 @@ def test_a_one_shot_process_runs_one_blas_thread_unless_told_otherwise():
 def test_a_command_whose_engine_process_cannot_start_fits_in_its_own(monkeypatch, caplog):
     """Where the child cannot be started (no fork, no semaphores: a sandbox without
     /dev/shm), the command says so and fits in its own process."""
-    import argparse
-
     import monitor.engine_process
-    from monitor.cli import _engine_process
+    from monitor.cli import _start_engine_process
 
     def refuse(_prepare_child):
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(monitor.engine_process, "EngineProcess", refuse)
-    args = argparse.Namespace(own_process=True, config=None, profile=None, engine_weight=None)
-    assert _engine_process(args) is None
+    assert _start_engine_process() is None
     assert "its child process could not start" in caplog.text
 
 
