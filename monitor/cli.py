@@ -769,12 +769,15 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
         if inspector.calibrated and times else None
 
     def first_pass(chunk: list[Any]) -> Any:
-        """The chunk's windows and detections now, its engine fits started: the times
-        observed and not written skip the fit's own p-value, which only a written firing
-        result reports. Returns the function that gives them."""
+        """The chunk's windows and detections now, its engine fits started, none with the
+        fit's own p-value, which only a written firing result reports: the times observed
+        and not written keep the statistic alone, the written ones the sensors' scores
+        too (their firing results are fitted in full once decided). Returns the function
+        that gives them."""
         silent = inspector.begin_fit_engine_many([t for t in chunk if t not in plan.emit],
-                                                 read, p_values=False)
-        shown = inspector.begin_fit_engine_many([t for t in chunk if t in plan.emit], read)
+                                                 read, scope="history")
+        shown = inspector.begin_fit_engine_many([t for t in chunk if t in plan.emit], read,
+                                                scope="decision")
         return lambda: {**silent(), **shown()}
 
     with progress_bar(total=len(plan.emit), desc="backfill", unit="insp") as bar:
@@ -792,12 +795,17 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                 following = first_pass(chunks[k + 1]) if k + 1 < len(chunks) else None
                 prepared, pending = pending(), following
                 outcomes = []
+                shown: list[tuple[dict[str, Any], Any]] = []
                 for t in chunk:  # the second: decisions, history and incidents in order
-                    outcome = inspector.run(t, read, tracker.history_at(t),
-                                            prepared=prepared.pop(t, None))
+                    first = prepared.pop(t, None)
+                    outcome = inspector.run(t, read, tracker.history_at(t), prepared=first)
                     observe(tracker, outcome.result, read, t in plan.probes,
                             outcome.windows)
                     outcomes.append(outcome)
+                    if first is not None and t in plan.emit:
+                        shown.append((outcome.result, first))
+                # the written firing results' engine blocks, with the fits' own p-values
+                inspector.complete_engine_blocks(shown)
             for t, outcome in zip(chunk, outcomes, strict=True):
                 if t not in plan.emit:
                     continue

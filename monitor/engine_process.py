@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # none of them loads before the fork
     import pandas as pd
 
     from engine.result import Selection
-    from monitor.decision.calibrated_rule import PendingFits
+    from monitor.decision.calibrated_rule import FitScope, PendingFits
     from monitor.decision.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class EngineProcess:
                  "engine meanwhile", ", ".join(str(p.pid) for p in self._child))
 
     def __call__(self, engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
-                 p_value: bool) -> PendingFits:
+                 scope: FitScope) -> PendingFits:
         """The engine part's fits of the residual frame ``pairs``
         (:func:`~monitor.decision.calibrated_rule.fit_engine_pairs`) started in the child;
         the returned function waits for them (fits them here where the child has died)."""
@@ -148,7 +148,7 @@ class EngineProcess:
         pairs = list(pairs)
         future = None
         if self._pool is not None:
-            selector = engine_part_settings(engine, p_value=p_value).selector_spec()
+            selector = engine_part_settings(engine, scope=scope).selector_spec()
             tables = [(Table.of(x), Table.of(y)) for x, y in pairs]
             try:
                 future = self._pool.submit(fit_tables, selector, tables)
@@ -161,7 +161,7 @@ class EngineProcess:
                     return future.result()
                 except BrokenProcessPool as exc:
                     self._lost(exc)
-            return fit_engine_pairs(engine, pairs, p_value)
+            return fit_engine_pairs(engine, pairs, scope)
 
         return result
 

@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 from connectors.timeutil import format_duration, iso
 from monitor.decision.calibrated_rule import (
     EngineFits,
+    FitScope,
     PendingFits,
     Prepared,
     decide_calibrated,
     fits_here,
+    lacks_own_p_value,
 )
 from monitor.decision.engine_rule import calibrate_on_source, decide_on_engine
 from monitor.decision.settings import DecisionSettings, EngineSettings, Selector
@@ -33,6 +35,7 @@ from monitor.result import (
     SCHEMA,
     ChangeTest,
     DataQuality,
+    EngineBlock,
     Generator,
     InspectionResult,
     WindowBounds,
@@ -321,7 +324,7 @@ class Inspector:
         batched program (``fit_many``)."""
         from engine.live.engine_power import validation_power
 
-        fits = self.fit_engine_many(times, read_window, p_values=False)
+        fits = self.fit_engine_many(times, read_window, scope="history")
         out: list[HistoryValue | None] = []
         for t in times:
             prepared = fits.get(t)
@@ -335,21 +338,44 @@ class Inspector:
         return out
 
     def fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow, *,
-                        p_values: bool = True) -> dict[datetime, Prepared]:
+                        scope: FitScope = "full") -> dict[datetime, Prepared]:
         """The windows, the detection and the engine part's fit at each of ``times``
         whose windows can give the detection (calibrated rule), the engine fits in one
-        batched program (``p_values=False``: history values, the fits without their own
-        p-value)."""
-        return prepare_many([(self, times, read_window)], p_values=p_values)[0]
+        batched program (``scope``: what they compute,
+        :data:`~monitor.decision.calibrated_rule.FitScope`)."""
+        return prepare_many([(self, times, read_window)], scope=scope)[0]
 
     def begin_fit_engine_many(self, times: Sequence[datetime], read_window: ReadWindow, *,
-                              p_values: bool = True
+                              scope: FitScope = "full"
                               ) -> Callable[[], dict[datetime, Prepared]]:
         """:meth:`fit_engine_many` in two steps: the windows and detections now, the engine
         fits started (where :attr:`engine_fits` runs them elsewhere, they run while this
         process goes on); the returned function gives the result."""
-        finish = begin_prepare_many([(self, times, read_window)], p_values=p_values)
+        finish = begin_prepare_many([(self, times, read_window)], scope=scope)
         return lambda: finish()[0]
+
+    def complete_engine_blocks(self, decided: Sequence[tuple[dict[str, Any], Prepared]]
+                               ) -> int:
+        """Each ``(result, prepared)`` whose result fired with an engine block from a fit
+        of scope ``"decision"`` (without the fit's own p-value): those residual pairs
+        fitted again in full, in one batch, and each block replaced by its full fit's, as
+        an inspection run alone reports it (fits are deterministic: the same statistic,
+        scores and candidates, and now the p-value). Returns how many were fitted."""
+        from engine.live.engine_power import residual_pair
+
+        todo = [(result, p) for result, p in decided if lacks_own_p_value(result)]
+        if not todo:
+            return 0
+        pairs = [residual_pair(p.detection, self.decision.engine_rows) for _, p in todo]
+        fits = self.engine_fits(self.engine, pairs, "full")()
+        for (result, _), fit in zip(todo, fits, strict=True):
+            if isinstance(fit, Exception):  # fitted once already: not expected
+                log.warning("engine part: the full fit of the firing result at %s failed "
+                            "(%s); its engine block keeps no p-value",
+                            result.get("inspection_time"), fit)
+                continue
+            result["engine"] = EngineBlock.from_dict(fit.to_dict()).to_dict()
+        return len(todo)
 
     def detect_windows(self, times: Sequence[datetime], read_window: ReadWindow
                        ) -> dict[datetime, Prepared]:
@@ -366,20 +392,23 @@ class Inspector:
 
 
 def prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]], *,
-                 p_values: bool = True) -> list[dict[datetime, Prepared]]:
+                 scope: FitScope = "full") -> list[dict[datetime, Prepared]]:
     """The first pass of the calibrated rule for several sites at once: for each
     ``(inspector, times, read_window)``, the windows, detection and engine-part fit at each
     time (:meth:`Inspector.fit_engine_many`), the engine fits of all sites whose engine
     part is configured alike in ONE ``fit_many`` (sites due at the same hour share a
     batch; pairs of one shape share its optimiser passes). None of it depends on a
     decision, so each site's results equal its inspections run one by one.
-    ``p_values=False`` (history values: only the statistic is kept): the engine fits skip
-    their own permutation p-value, which only a firing result reports."""
-    return begin_prepare_many(work, p_values=p_values)()
+    ``scope``: what the engine fits compute
+    (:data:`~monitor.decision.calibrated_rule.FitScope`): ``"history"`` for history
+    values (only the statistic is kept), ``"decision"`` where the firing results' blocks
+    are completed after (:meth:`Inspector.complete_engine_blocks`)."""
+    return begin_prepare_many(work, scope=scope)()
 
 
 def begin_prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadWindow]], *,
-                       p_values: bool = True) -> Callable[[], list[dict[datetime, Prepared]]]:
+                       scope: FitScope = "full"
+                       ) -> Callable[[], list[dict[datetime, Prepared]]]:
     """:func:`prepare_many` in two steps: the windows and detections now, each group's
     engine fits started through its first inspector's ``engine_fits``; the returned
     function waits for the fits and gives the result."""
@@ -396,7 +425,7 @@ def begin_prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadW
         first = work[members[0]][0]
         pairs = [residual_pair(p.detection, first.decision.engine_rows)
                  for i in members for p in detected[i].values()]
-        started.append((members, first.engine_fits(first.engine, pairs, p_values)))
+        started.append((members, first.engine_fits(first.engine, pairs, scope)))
 
     def finish() -> list[dict[datetime, Prepared]]:
         for members, pending in started:

@@ -73,6 +73,11 @@ ENGINE_PART_VERSION = "cv-aggregation, engine.SMOOTH (issue 31)"
 #: ``engine`` block; a sixth of a fit's time) and no gate test (it only weights the
 #: scores; a tenth). The statistic is bit-equal either way.
 HISTORY_PARAMS: dict[str, Any] = {"compute_p_value": False, "gate_test": "none"}
+#: ... and over those for a result that is not yet known to fire: the statistic and each
+#: sensor's score (the gate weights the scores that every result reports), without the
+#: fit's own p-value, which only a firing result reports (a third of a fit's time on
+#: d1-sized residuals). Scores, candidates and the statistic are bit-equal to a full fit.
+DECISION_PARAMS: dict[str, Any] = {"compute_p_value": False}
 #: Its defaults where the engine section sets nothing: its batches on every core, threads
 #: that time-share a busy machine rather than spin (docs/engine.md, "Speed"); an engine
 #: section's ``params: {n_jobs: 1}`` keeps it on one.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from connectors.timeutil import format_duration
 from engine.live.calibration import TailFit
@@ -68,50 +68,75 @@ def _history_span(values: int, cal: Any) -> str:
     return "0s" if not span else format_duration(span)
 
 
-def engine_part_settings(engine: EngineSettings, *, p_value: bool = True) -> EngineSettings:
+#: What an engine-part fit computes. ``"full"``: everything a firing result's ``engine``
+#: block reports, the fit's own permutation p-value included. ``"decision"``: what every
+#: result needs, the statistic and each sensor's score (and the candidates the engine
+#: names), without that p-value (:data:`~engine.live.engine_power.DECISION_PARAMS`): a
+#: firing result's block is then fitted again in full
+#: (:meth:`monitor.inspection.Inspector.complete_engine_blocks`). ``"history"``: the
+#: statistic alone, for a history value (:data:`~engine.live.engine_power.HISTORY_PARAMS`).
+FitScope: TypeAlias = Literal["full", "decision", "history"]
+
+
+def engine_part_settings(engine: EngineSettings, *, scope: FitScope = "full"
+                         ) -> EngineSettings:
     """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
     rule and reports): the engine settings with
     :data:`~engine.live.engine_power.ENGINE_PART_PARAMS` over them (and
     :data:`~engine.live.engine_power.ENGINE_PART_DEFAULTS` under them): float64, so that a
     batched fit (the history) and a single one (each inspection, one per job on an
     executor) agree to 1e-14, not float32's 1e-6, and a history computed here or on a
-    cluster calibrates the same p-values. ``p_value=False``: for history values, whose fits
-    give only the statistic (:data:`~engine.live.engine_power.HISTORY_PARAMS`)."""
-    from engine.live.engine_power import ENGINE_PART_DEFAULTS, ENGINE_PART_PARAMS, HISTORY_PARAMS
+    cluster calibrates the same p-values. ``scope``: what the fits compute
+    (:data:`FitScope`); the statistic is bit-equal in every scope."""
+    from engine.live.engine_power import (
+        DECISION_PARAMS,
+        ENGINE_PART_DEFAULTS,
+        ENGINE_PART_PARAMS,
+        HISTORY_PARAMS,
+    )
 
+    narrowed = {"full": {}, "decision": DECISION_PARAMS, "history": HISTORY_PARAMS}[scope]
     params = {**ENGINE_PART_DEFAULTS, **dict(engine.params), **ENGINE_PART_PARAMS,
-              **({} if p_value else HISTORY_PARAMS)}
+              **narrowed}
     return replace(engine, method="cv-aggregation", params=tuple(sorted(params.items())))
 
 
-def engine_part_selector(engine: EngineSettings, *, p_value: bool = True) -> Selector:
+def engine_part_selector(engine: EngineSettings, *, scope: FitScope = "full") -> Selector:
     """The selector of :func:`engine_part_settings` (imports torch)."""
-    return engine_part_settings(engine, p_value=p_value).make_selector()
+    return engine_part_settings(engine, scope=scope).make_selector()
 
 
 def fit_engine_pairs(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]],
-                     p_value: bool) -> list[Selection | Exception]:
+                     scope: FitScope) -> list[Selection | Exception]:
     """The engine part's fits of residual ``pairs`` ((before, after) frames), one batched
-    ``fit_many``; each entry the fit or its error. ``p_value``: as
+    ``fit_many``; each entry the fit or its error. ``scope``: as
     :func:`engine_part_selector`."""
-    return engine_part_selector(engine, p_value=p_value).fit_many(  # type: ignore[attr-defined]
+    return engine_part_selector(engine, scope=scope).fit_many(  # type: ignore[attr-defined]
         list(pairs), errors="return")
 
 
 #: Fits that were started: called, it returns them (waiting where they run elsewhere).
 PendingFits: TypeAlias = Callable[[], "list[Selection | Exception]"]
-#: Where an inspector's engine-part fits run: called with (engine, pairs, p_value) as
+#: Where an inspector's engine-part fits run: called with (engine, pairs, scope) as
 #: :func:`fit_engine_pairs`, it starts them and returns them pending.
 #: :func:`fits_here` (this process, when they are asked for), or a one-shot command's
 #: :class:`monitor.engine_process.EngineProcess` (a child process, at once).
-EngineFits: TypeAlias = Callable[["EngineSettings", Sequence[tuple[Any, Any]], bool],
+EngineFits: TypeAlias = Callable[["EngineSettings", Sequence[tuple[Any, Any]], FitScope],
                                  PendingFits]
 
 
-def fits_here(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]], p_value: bool
+def fits_here(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]], scope: FitScope
               ) -> PendingFits:
     """:func:`fit_engine_pairs` in this process, run when the pending fits are asked for."""
-    return partial(fit_engine_pairs, engine, list(pairs), p_value)
+    return partial(fit_engine_pairs, engine, list(pairs), scope)
+
+
+def lacks_own_p_value(result: dict[str, Any]) -> bool:
+    """Whether a result's ``engine`` block came from a fit of scope ``"decision"`` (a
+    firing result of a backfill's first pass), which leaves out the fit's own p-value."""
+    block = result.get("engine")
+    return isinstance(block, dict) and \
+        (block.get("params") or {}).get("compute_p_value") is False
 
 
 def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettings,

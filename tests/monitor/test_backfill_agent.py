@@ -179,6 +179,27 @@ def test_the_two_pass_backfill_equals_one_inspection_at_a_time(tmp_path, monkeyp
     assert "firing" in statuses and "ok" in statuses  # both kinds of decision compared
     assert all((r["detection"]["engine"] or {}).get("value") is not None for r in batched
                if r["status"] != "calibrating")
+    # the first pass fits the written times without the fit's own p-value; a firing
+    # result's engine block is then the full fit's, as an inspection run alone reports it
+    blocks = [(alone[r["inspection_time"]]["engine"], r["engine"]) for r in batched
+              if r["engine"] is not None]
+    assert blocks and all(b["params"]["compute_p_value"] is True
+                          and b["p_value"] is not None for _, b in blocks)
+    assert all(_close(a, b, skip={"runtime_s"}) for a, b in blocks)
+
+
+def _close(a, b, skip: set[str], rel: float = 1e-9) -> bool:
+    """JSON values equal, numbers within ``rel`` (a batched fit and a single one agree to
+    float64 rounding), keys in ``skip`` left out."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (a.keys() | b.keys()) - skip
+        return all(_close(a.get(k), b.get(k), skip, rel) for k in keys)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, skip, rel) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, int | float) and isinstance(b, int | float) and \
+            abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+    return a == b
 
 
 def json_lines(out, argv: list[str]) -> list[dict]:

@@ -48,17 +48,19 @@ times = [datetime(2026, 1, 12, tzinfo=UTC) + timedelta(hours=3 * i) for i in ran
 pairs = [residual_pair(p.detection, inspector.decision.engine_rows)
          for p in inspector.detect_windows(times, read).values()]
 
+SCOPES = ("history", "decision", "full")
+
 def dump(fits):  # each fit as its JSON, less its own run time
     return [repr(f) if isinstance(f, Exception) else
             {k: v for k, v in f.to_dict().items() if k != "runtime_s"} for f in fits]
 
 out = {"pairs": len(pairs)}
-for p_value in (False, True):
-    out[f"child {p_value}"] = dump(child(inspector.engine, pairs, p_value)())
+for scope in SCOPES:
+    out[f"child {scope}"] = dump(child(inspector.engine, pairs, scope)())
 out["torch before fitting here"] = "torch" in sys.modules
-for p_value in (False, True):
-    out[f"dead {p_value}"] = dump(dead(inspector.engine, pairs, p_value)())
-    out[f"here {p_value}"] = dump(fits_here(inspector.engine, pairs, p_value)())
+for scope in SCOPES:
+    out[f"dead {scope}"] = dump(dead(inspector.engine, pairs, scope)())
+    out[f"here {scope}"] = dump(fits_here(inspector.engine, pairs, scope)())
 child.close()
 dead.close()
 close()
@@ -80,20 +82,21 @@ def three_ways(tmp_path_factory) -> tuple[dict, str]:
 def test_the_engine_process_fits_as_this_process_does(three_ways):
     out, _ = three_ways
     assert out["pairs"] == 8
-    for p_value in (False, True):
-        here = out[f"here {p_value}"]
+    for scope in ("history", "decision", "full"):
+        here = out[f"here {scope}"]
         assert len(here) == 8 and all(isinstance(f, dict) for f in here)
-        assert out[f"child {p_value}"] == here  # to the bit: the same code, other process
+        assert out[f"child {scope}"] == here  # to the bit: the same code, other process
     # the p-value's own permutation tests ran only where asked for
-    assert all(f["p_value"] is not None for f in out["here True"])
+    assert all(f["p_value"] is not None for f in out["here full"])
+    assert all(f["p_value"] is None for f in out["here decision"] + out["here history"])
     # the command's process itself never loaded torch while the child fitted
     assert out["torch before fitting here"] is False
 
 
 def test_a_dead_engine_process_leaves_the_fits_to_this_one(three_ways):
     out, log = three_ways
-    for p_value in (False, True):
-        assert out[f"dead {p_value}"] == out[f"here {p_value}"]
+    for scope in ("history", "decision", "full"):
+        assert out[f"dead {scope}"] == out[f"here {scope}"]
     assert log.count("the engine's child process died") == 1  # said once, then here
 
 
