@@ -261,7 +261,8 @@ class Agent:
         """The first pass of the calibrated sites' due inspections (the sites due at the
         same hour; an agent catching up after a restart or replaying on the data clock):
         their windows, level statistics and engine-part fits as one batched program
-        (:func:`monitor.inspection.prepare_many`), decided one by one after. A single
+        (:func:`monitor.inspection.prepare_many`; the fits without their own p-value,
+        which a firing result gets as it runs), decided one by one after. A single
         due time is fitted as it runs; anything that fails here is left to that run.
         False when the batched pass failed (the caller does not retry it this tick)."""
         work = self._first_pass_work()
@@ -269,7 +270,7 @@ class Agent:
             return True
         try:
             prepared = prepare_many([(site.inspector, times, site.read_window)
-                                     for site, times in work])
+                                     for site, times in work], scope="decision")
         except Exception as exc:  # noqa: BLE001 - each time is then computed as it runs
             log.warning("batched first pass of %d due inspection(s) failed (%s); they run "
                         "one by one", sum(len(times) for _, times in work), exc)

@@ -340,9 +340,14 @@ class SiteRunner:
 
     def run(self, t: datetime) -> Outcome:
         """The inspection at ``t``, here and now (the windows read in this process; or
-        taken from :attr:`prepared`, the first pass of the due times)."""
-        return self.inspector.run(t, self.read_window, self.history_at(t),
-                                  prepared=self.prepared.pop(t, None))
+        taken from :attr:`prepared`, the first pass of the due times, whose engine fit a
+        firing result then gets in full: ``Inspector.complete_engine_blocks``)."""
+        prepared = self.prepared.pop(t, None)
+        outcome = self.inspector.run(t, self.read_window, self.history_at(t),
+                                     prepared=prepared)
+        if prepared is not None:
+            self.inspector.complete_engine_blocks([(outcome.result, prepared)])
+        return outcome
 
     def job(self, t: datetime) -> InspectionJob:
         """The inspection at ``t`` as a job for a worker: with the window frame read here,
