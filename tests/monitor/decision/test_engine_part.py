@@ -126,23 +126,31 @@ def test_the_history_holds_both_statistics_from_batched_fits(cycle) -> None:
 
 def test_history_fits_skip_the_p_value_that_only_a_firing_result_reports(cycle) -> None:
     """A history value keeps only the statistic, so its fits run without their own
-    permutation p-value and without the gate (which only weights the scores); an
-    inspection's fits keep both (a firing result's ``engine`` block), and both give the
-    same statistic, bit for bit."""
+    permutation p-value and without the gate (which only weights the scores); a result
+    not yet known to fire needs the scores too, so its fits keep the gate (scope
+    "decision"); a firing result's ``engine`` block needs both (scope "full"). All three
+    give the same statistic, bit for bit, and the last two the same scores and
+    candidates."""
     from engine.live.engine_power import validation_power
 
     inspector = _inspector()
     read = cached_reader(cycle)
     times = history_times(inspector, CHANGE)[-3:]
     decided = inspector.fit_engine_many(times, read)
-    history = inspector.fit_engine_many(times, read, p_values=False)
+    scored = inspector.fit_engine_many(times, read, scope="decision")
+    history = inspector.fit_engine_many(times, read, scope="history")
     for t in times:
-        full, bare = decided[t].engine_fit, history[t].engine_fit
-        assert np.isfinite(full.p_value) and np.isnan(bare.p_value)
-        assert validation_power(bare.details) == validation_power(full.details)
+        full, part, bare = decided[t].engine_fit, scored[t].engine_fit, history[t].engine_fit
+        assert np.isfinite(full.p_value) and np.isnan(bare.p_value) and np.isnan(part.p_value)
+        assert validation_power(bare.details) == validation_power(full.details) == \
+            validation_power(part.details)
         np.testing.assert_array_equal(bare.details["val_ratio"], full.details["val_ratio"])
         assert np.isnan(bare.details["gate_p_values"]).all()
         assert np.isfinite(full.details["gate_p_values"]).all()
+        np.testing.assert_array_equal(part.details["gate_p_values"],
+                                      full.details["gate_p_values"])
+        np.testing.assert_array_equal(part.scores, full.scores)
+        assert part.candidates == full.candidates
     values = inspector.detect_many(times, read)
     assert [v[1] for v in values] == [validation_power(decided[t].engine_fit.details)
                                       for t in times]
