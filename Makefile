@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install system-deps test test-fast demo bench lint clean
+.PHONY: install system-deps test test-fast demo bench gpu-prep lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,17 @@ bench: install system-deps
 
 # ruff on everything, then the type checker on engine/ and monitor/ ([tool.mypy] in
 # pyproject.toml; it follows their imports into connectors/).
+# For a lent GPU machine (bench/gpu_check.sh): the packages its image (Python 3.12, torch,
+# numpy, pandas, pyarrow, scipy) lacks, as wheels in .whl/, and d1's readings in .gpu-data/
+GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+	typing-inspection==0.4.5 apscheduler==3.11.3 tzlocal==5.4.5 jsonschema-rs==0.61.2
+gpu-prep: install
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .whl $(GPU_WHEELS)
+	mkdir -p .gpu-data/ltown-delay-dev/d1
+	cp ../shared/data/ltown-delay-dev/d1/pressures.csv.gz .gpu-data/ltown-delay-dev/d1/
+
 lint: install
 	$(VENV)/bin/ruff check engine connectors monitor bench tests
 	$(VENV)/bin/mypy engine monitor
