@@ -4,7 +4,8 @@
 # `bench.throughput` on that machine's CPU and GPU in the same run, then
 # `bench.fit_many_scaling`. Here, once: `make gpu-prep` (the wheels the machine's image
 # lacks into .whl/, d1's readings into .gpu-data/, both ignored by git). Then run
-# `bash bench/gpu_check.sh` there, carrying [".whl", ".gpu-data"], with a limit of 540 s.
+# `bash bench/gpu_check.sh` there, carrying [".whl", ".gpu-data"], with a limit of 540 s
+# (its three steps stop at 120, 300 and 100 s; the progress lines come back even then).
 # Everything lands under $OUT (the device tool's folder that comes back; else
 # bench/results/gpu_check/), at most 8 files. Without a GPU it times the CPU alone: a dry
 # run (`PYTHON=.venv/bin/python bash bench/gpu_check.sh`).
@@ -31,12 +32,12 @@ devices=cpu
     date -u; nproc; nvidia-smi -L 2>/dev/null
     "$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__)"
     echo "devices: $devices"
-    timeout 150 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_cuda.py 2>&1 | tail -5
+    timeout 120 "$py" -m pytest -q -p no:cacheprovider tests/engine/test_cuda.py 2>&1 | tail -5
 } > "$out/machine_and_test_cuda.txt" 2>&1
 # d1's leak day, 33 and 300 simulated sensors, and a month at 33 (816 inspections)
-timeout 330 "$py" -m bench.throughput --sensors 33 300 --inspections 24 720 \
+timeout 300 "$py" -m bench.throughput --sensors 33 300 --inspections 24 720 \
     --device $devices --name gpu_check > "$out/throughput.txt" 2>&1
 cp bench/results/gpu_check.csv bench/results/gpu_check.md "$out/" 2>/dev/null
-timeout 120 "$py" -m bench.fit_many_scaling --devices $devices --counts 16 64 256 \
+timeout 100 "$py" -m bench.fit_many_scaling --devices $devices --counts 16 64 \
     --out "$out" > "$out/fit_many_scaling.txt" 2>&1
 ls "$out"
