@@ -133,7 +133,8 @@ def fits_here(engine: EngineSettings, pairs: Sequence[tuple[Any, Any]], scope: F
 
 def lacks_own_p_value(result: dict[str, Any]) -> bool:
     """Whether a result's ``engine`` block came from a fit of scope ``"decision"`` (a
-    firing result of a backfill's first pass), which leaves out the fit's own p-value."""
+    firing result of a first pass: a backfill's written times, an agent catching up),
+    which leaves out the fit's own p-value."""
     block = result.get("engine")
     return isinstance(block, dict) and \
         (block.get("params") or {}).get("compute_p_value") is False
