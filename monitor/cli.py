@@ -795,7 +795,7 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                 following = first_pass(chunks[k + 1]) if k + 1 < len(chunks) else None
                 prepared, pending = pending(), following
                 outcomes = []
-                shown: list[tuple[dict[str, Any], Any]] = []
+                written_first: list[tuple[dict[str, Any], Any]] = []
                 for t in chunk:  # the second: decisions, history and incidents in order
                     first = prepared.pop(t, None)
                     outcome = inspector.run(t, read, tracker.history_at(t), prepared=first)
@@ -803,9 +803,9 @@ def _backfill_inline(config: Any, inspector: Any, read: Any, plan: Any, out: Any
                             outcome.windows)
                     outcomes.append(outcome)
                     if first is not None and t in plan.emit:
-                        shown.append((outcome.result, first))
+                        written_first.append((outcome.result, first))
                 # the written firing results' engine blocks, with the fits' own p-values
-                inspector.complete_engine_blocks(shown)
+                inspector.complete_engine_blocks(written_first)
             for t, outcome in zip(chunk, outcomes, strict=True):
                 if t not in plan.emit:
                     continue

@@ -19,11 +19,13 @@ import pytest
 from monitor.demo.simulate import Scenario, simulate, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
+#: what the engine-part fits compute (monitor.decision.calibrated_rule.FitScope)
+SCOPES = ("history", "decision", "full")
 
-#: Fits the residual pairs of eight inspection times of a simulated stream three ways,
-#: with and without their p-values: in an EngineProcess (as ``mmdwatch backfill``), in
-#: one whose child dies before its first fit, and in this process. Prints the fits as
-#: JSON, and whether torch was loaded here after the EngineProcess had fitted.
+#: Fits the residual pairs of eight inspection times of a simulated stream three ways, in
+#: each scope (SCOPES, its arguments after the file): in an EngineProcess (as ``mmdwatch
+#: backfill``), in one whose child dies before its first fit, and in this process. Prints
+#: the fits as JSON, and whether torch was loaded here after the EngineProcess had fitted.
 SCRIPT = r"""
 import json, logging, os, sys
 from datetime import UTC, datetime, timedelta
@@ -48,7 +50,7 @@ times = [datetime(2026, 1, 12, tzinfo=UTC) + timedelta(hours=3 * i) for i in ran
 pairs = [residual_pair(p.detection, inspector.decision.engine_rows)
          for p in inspector.detect_windows(times, read).values()]
 
-SCOPES = ("history", "decision", "full")
+SCOPES = sys.argv[2:]
 
 def dump(fits):  # each fit as its JSON, less its own run time
     return [repr(f) if isinstance(f, Exception) else
@@ -73,7 +75,7 @@ def three_ways(tmp_path_factory) -> tuple[dict, str]:
     frame, _ = simulate(Scenario(n_sensors=8, changes={"s04": -0.9}))
     path = tmp_path_factory.mktemp("engine-process") / "net.csv"
     write_csv(frame, path)
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(path), *SCOPES], capture_output=True,
                           text=True, cwd=ROOT, timeout=240, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
@@ -82,7 +84,7 @@ def three_ways(tmp_path_factory) -> tuple[dict, str]:
 def test_the_engine_process_fits_as_this_process_does(three_ways):
     out, _ = three_ways
     assert out["pairs"] == 8
-    for scope in ("history", "decision", "full"):
+    for scope in SCOPES:
         here = out[f"here {scope}"]
         assert len(here) == 8 and all(isinstance(f, dict) for f in here)
         assert out[f"child {scope}"] == here  # to the bit: the same code, other process
@@ -95,7 +97,7 @@ def test_the_engine_process_fits_as_this_process_does(three_ways):
 
 def test_a_dead_engine_process_leaves_the_fits_to_this_one(three_ways):
     out, log = three_ways
-    for scope in ("history", "decision", "full"):
+    for scope in SCOPES:
         assert out[f"dead {scope}"] == out[f"here {scope}"]
     assert log.count("the engine's child process died") == 1  # said once, then here
 
