@@ -67,6 +67,8 @@ def _stored_period(value: Any) -> Period | bool:
 
 #: |z| and |energy_z| below this: the sensor is back at its reference
 RETURN_Z = 3.0
+#: the median absolute value of a standard normal: a median-based spread's divisor
+MEDIAN_ABS_NORMAL = 0.6744897501960817
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,16 @@ def _window_stats(r: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     mean = (c1[n:] - c1[:-n]) / n
     var = np.maximum((c2[n:] - c2[:-n]) / n - mean ** 2, 0.0)
     return mean, var
+
+
+def _comparisons(r: np.ndarray, n_after: int, local: int) -> np.ndarray:
+    """The sliding statistic's comparison at every offset inside ``r`` (n, D): the mean of
+    each ``n_after``-row window less the mean of the ``local`` rows just before it,
+    (n - local - n_after + 1, D); empty where ``r`` is too short."""
+    k = r.shape[0] - local - n_after + 1
+    if k < 1:
+        return np.zeros((0, r.shape[1]))
+    return _window_stats(r, n_after)[0][local:local + k] - _window_stats(r, local)[0][:k]
 
 
 @dataclass(frozen=True)
@@ -147,12 +159,9 @@ class Reference:
         rb = common.apply(rb / scale, robust=True)
         local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
         level = rb[-local:].mean(axis=0)
-        means, variances = _window_stats(rb, n_a)
-        _, local_means = means, _window_stats(rb, local)[0]
-        k = n_b - local - n_a + 1
-        null = means[local:local + k] - local_means[:k]
+        null = _comparisons(rb, n_a, local)
         spread = np.sqrt(np.mean(null ** 2, axis=0))
-        log_var = np.log(np.maximum(variances, 1e-12))
+        log_var = np.log(np.maximum(_window_stats(rb, n_a)[1], 1e-12))
         return cls(columns=[str(c) for c in before.columns], weekly=settings.period,
                    table=table, scale=scale, common=common, level=level,
                    spread=np.where(spread > 1e-12, spread, np.inf),
@@ -183,18 +192,47 @@ class Reference:
         energy_z = (log_var - self.log_energy) / self.energy_spread
         return ReferenceCheck(self.columns, np.nan_to_num(z), np.nan_to_num(energy_z))
 
-    def recent_z(self, recent: pd.DataFrame, window: pd.DataFrame) -> np.ndarray:
+    def current_spread(self, before: pd.DataFrame, after_rows: int, local_rows: int,
+                       changed: tuple[pd.Timestamp, pd.Timestamp] | None = None
+                       ) -> np.ndarray:
+        """Per sensor (D,): the spread of the sliding comparison (``after_rows`` rows
+        against the ``local_rows`` before them) at every offset inside ``before`` (n_b, D),
+        in the frozen model's units, from the median of its absolute values: a step inside
+        ``before`` moves only the offsets that straddle it (a quarter of them with SKAB's
+        four options, of the live profile's week too), which the median passes over, while
+        noise that has grown since the reference was learned moves them all. 0 where
+        ``before`` is too short for one comparison."""
+        n_a, local = max(2, int(after_rows)), max(1, int(local_rows))
+        null = _comparisons(self.residuals(before), n_a, local)
+        if changed is not None and null.shape[0]:
+            first = before.index[:null.shape[0]]
+            last = before.index[local + n_a - 1:local + n_a - 1 + null.shape[0]]
+            null = null[(last < changed[0]) | (first > changed[1])]
+        if null.shape[0] == 0:
+            return np.zeros(len(self.columns))
+        return np.median(np.abs(null), axis=0) / MEDIAN_ABS_NORMAL
+
+    def recent_z(self, recent: pd.DataFrame, window: pd.DataFrame,
+                 before: pd.DataFrame | None = None,
+                 changed: tuple[pd.Timestamp, pd.Timestamp] | None = None) -> np.ndarray:
         """Per sensor (D,): the sliding statistic's ``z`` with the frozen model, (mean
         residual of ``window`` (n_a, D) - mean residual of ``recent`` (the before window's
-        last ``local_level`` rows)) / the frozen spread; 0 where ``window`` is back nearer
-        the frozen level than ``recent`` was.
+        last ``local_level`` rows)) / the spread; 0 where ``window`` is back nearer the
+        frozen level than ``recent`` was. The spread is the frozen one, or with the whole
+        current ``before`` window (n_b, D) given, the larger of it and
+        :meth:`current_spread` there.
 
         Why: once a change is inside the before window, the sliding statistic's spread
         (every offset of the same comparison inside that window) holds the change's step,
         and its ``z`` collapses (issue 29: 152, then 14.9 five seconds later). The frozen
         spread was learned on normal data, so a second change while an incident is open
         keeps its size. A return towards the reference is the repair the incident waits
-        for (:meth:`compare`), not a new change.
+        for (:meth:`compare`), not a new change. But the frozen spread was learned on one
+        before window: where a sensor's normal noise has grown since (SKAB's
+        accelerometers over an hour of normal operation), the frozen spread alone made
+        ``z`` large at every window, and the incident's reference kept firing (issue 29:
+        91 firing results, 20 false positives, on SKAB's anomaly-free recording with the
+        engine part off); the current window's median-based spread bounds it from below.
 
         >>> import numpy as np, pandas as pd
         >>> idx = pd.date_range("2024-01-01", periods=400, freq="2s")
@@ -211,7 +249,10 @@ class Reference:
         """
         now = self.residuals(window).mean(axis=0)
         then = self.residuals(recent).mean(axis=0)
-        z = (now - then) / self.spread
+        spread = self.spread if before is None else np.sqrt(0.5 * (
+            self.spread ** 2
+            + self.current_spread(before, len(window), len(recent), changed) ** 2))
+        z = (now - then) / spread
         away = np.abs(now - self.level) > np.abs(then - self.level)
         return np.nan_to_num(np.where(away, z, 0.0))
 

@@ -44,14 +44,18 @@ class ReferenceFiring:
 
 
 def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.DataFrame,
-                     after: pd.DataFrame, threshold: float) -> ReferenceFiring | None:
+                     after: pd.DataFrame, threshold: float,
+                     before: pd.DataFrame | None = None,
+                     changes: dict[str, tuple[pd.Timestamp, pd.Timestamp]] | None = None
+                     ) -> ReferenceFiring | None:
     """The strongest firing among the open incidents' ``references`` ((incident id,
     reference), oldest first), or None when no sensor's ``z**2`` reaches ``threshold``.
     ``recent``: the before window's last ``local_level`` rows (n_l, D); ``after`` (n_a,
-    D): raw resampled readings."""
+    D): raw resampled readings; ``before``: the whole before window (n_b, D), whose
+    median-based spread bounds the frozen one from below (:meth:`Reference.recent_z`)."""
     best: ReferenceFiring | None = None
     for incident_id, reference in references:
-        z = reference.recent_z(recent, after)
+        z = reference.recent_z(recent, after, before, (changes or {}).get(incident_id))
         order = np.argsort(-np.abs(z), kind="stable")
         named = {reference.columns[i]: float(z[i]) for i in order if z[i] ** 2 >= threshold}
         if not named:

@@ -306,7 +306,8 @@ class SiteTracker:
             local = max(1, min(self.inspector.decision.detector.local_level_rows,
                                n_b - n_a - 1))
             firing = reference_firing(references, w.before_raw.iloc[-local:], w.after_raw,
-                                      float(threshold))
+                                      float(threshold), before=w.before_raw,
+                                      changes=self._changes())
         except (WindowError, DetectionError) as exc:
             log.warning("no check against the open incidents' references at %s (%s)",
                         iso(t), exc)
@@ -322,6 +323,15 @@ class SiteTracker:
         log.info("incident %s: its reference sees a new change at %s on %s",
                  firing.incident_id, iso(t), ", ".join(firing.z))
         return True
+
+    def _changes(self) -> dict[str, tuple[pd.Timestamp, pd.Timestamp]]:
+        """Each open incident's change: from its reference's end (or its onset's earliest
+        estimate) to its first firing inspection's after window's end."""
+        spans = {}
+        for i in self.open_incidents:
+            lo = i.baseline or i.onset_low or i.onset or i.started
+            spans[i.id] = (pd.Timestamp(lo), pd.Timestamp(i.started) + self.inspector.spec.after)
+        return spans
 
     def _horizon(self) -> timedelta:
         """How long after an incident's onset the sliding statistic still holds its change:

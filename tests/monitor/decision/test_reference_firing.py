@@ -85,3 +85,48 @@ def test_mark_firing_turns_the_result_into_a_named_firing() -> None:
     assert [s["selected"] for s in result["sensors"]] == [True] + [False] * 5
     assert result["summary"].startswith("Change at 2024-01-01T00:10Z in 1 of 6 sensors: e")
     assert "against the open incident's reference" in result["summary"]
+
+
+def _wandering(seed: int = 3) -> pd.DataFrame:
+    """Sensor c quiet for the reference's window, then wandering slowly (a random walk
+    of its 2-s means, as SKAB's accelerometers drift over an hour of normal operation)."""
+    x = _readings(seed)
+    rng = np.random.default_rng(seed + 10)
+    x.loc[x.index[150]:, "c"] += np.cumsum(rng.standard_normal(250)) * 0.6
+    return x
+
+
+def test_wander_grown_since_the_reference_is_not_a_change_with_the_current_window() -> None:
+    """The frozen spread alone names c at every window once its wander has grown (the
+    false positives of issue 29's anomaly-free recording); the current before window's
+    median-based spread, pooled with it, keeps c below the threshold."""
+    x = _wandering()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    fired_frozen = fired_pooled = 0
+    for end in range(315, 400, 3):
+        before, after = x.iloc[end - 165:end - 15], x.iloc[end - 15:end]
+        fired_frozen += reference_firing([("inc-1", ref)], before.iloc[-21:], after,
+                                         30.0) is not None
+        fired_pooled += reference_firing([("inc-1", ref)], before.iloc[-21:], after, 30.0,
+                                         before=before) is not None
+    assert fired_frozen >= 5 and fired_pooled <= 1
+
+
+def test_the_incident_own_change_is_left_out_of_the_current_spread() -> None:
+    """A first step of e inside the current before window: the comparisons that straddle
+    it are that change, not noise. Left out (``changes``), a second step of e is seen as
+    before; counted, the first step widens the spread."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[240]:, "e"] -= 6.0  # the incident's change, at row 240
+    x.loc[x.index[300]:, "e"] -= 6.0  # a second step, inside the open incident
+    before, after = x.iloc[150:300], x.iloc[300:315]
+    change = (x.index[238], x.index[250])
+    spread_out = ref.current_spread(before, 15, 21, change)
+    spread_in = ref.current_spread(before, 15, 21)
+    e = COLUMNS.index("e")
+    assert spread_in[e] > 1.3 * spread_out[e]
+    assert np.allclose(np.delete(spread_in, e), np.delete(spread_out, e), rtol=0.5)
+    firing = reference_firing([("inc-1", ref)], before.iloc[-21:], after, 30.0,
+                              before=before, changes={"inc-1": change})
+    assert firing is not None and list(firing.z) == ["e"]
