@@ -10,7 +10,8 @@ spread of the comparison) and :meth:`Reference.compare` measures later windows a
 it:
 
 * ``z`` per sensor: (mean residual of the window - the frozen level) / the frozen spread,
-  as the sliding statistic, but against the frozen level;
+  as the sliding statistic, but against the frozen level (:meth:`Reference.recent_z`, a
+  new change inside the incident, pools that spread with the current window's);
 * ``energy_z`` per sensor: the log of the window's residual variance over its frozen
   typical value, divided by that log-ratio's spread over the reference's own windows. A
   stuck sensor (its daily cycle is gone), extra noise or a changed cycle raise it at an
@@ -200,16 +201,17 @@ class Reference:
         in the frozen model's units, from the median of its absolute values: a step inside
         ``before`` moves only the offsets that straddle it (a quarter of them with SKAB's
         four options, of the live profile's week too), which the median passes over, while
-        noise that has grown since the reference was learned moves them all. 0 where
-        ``before`` is too short for one comparison."""
+        a slow wander grown since the reference was learned moves them all. ``changed``:
+        a span of time whose straddling offsets are left out (an open incident's own
+        change). NaN where fewer offsets than ``after_rows`` are left."""
         n_a, local = max(2, int(after_rows)), max(1, int(local_rows))
         null = _comparisons(self.residuals(before), n_a, local)
         if changed is not None and null.shape[0]:
             first = before.index[:null.shape[0]]
             last = before.index[local + n_a - 1:local + n_a - 1 + null.shape[0]]
             null = null[(last < changed[0]) | (first > changed[1])]
-        if null.shape[0] == 0:
-            return np.zeros(len(self.columns))
+        if null.shape[0] < n_a:
+            return np.full(len(self.columns), np.nan)
         return np.median(np.abs(null), axis=0) / MEDIAN_ABS_NORMAL
 
     def recent_z(self, recent: pd.DataFrame, window: pd.DataFrame,
@@ -219,8 +221,9 @@ class Reference:
         residual of ``window`` (n_a, D) - mean residual of ``recent`` (the before window's
         last ``local_level`` rows)) / the spread; 0 where ``window`` is back nearer the
         frozen level than ``recent`` was. The spread is the frozen one, or with the whole
-        current ``before`` window (n_b, D) given, the larger of it and
-        :meth:`current_spread` there.
+        current ``before`` window (n_b, D) given, the frozen one pooled with
+        :meth:`current_spread` there, ``sqrt((frozen**2 + current**2) / 2)``, leaving out
+        the offsets that straddle ``changed``.
 
         Why: once a change is inside the before window, the sliding statistic's spread
         (every offset of the same comparison inside that window) holds the change's step,
@@ -228,11 +231,12 @@ class Reference:
         spread was learned on normal data, so a second change while an incident is open
         keeps its size. A return towards the reference is the repair the incident waits
         for (:meth:`compare`), not a new change. But the frozen spread was learned on one
-        before window: where a sensor's normal noise has grown since (SKAB's
-        accelerometers over an hour of normal operation), the frozen spread alone made
-        ``z`` large at every window, and the incident's reference kept firing (issue 29:
-        91 firing results, 20 false positives, on SKAB's anomaly-free recording with the
-        engine part off); the current window's median-based spread bounds it from below.
+        before window, from a handful of independent comparisons: where a sensor's slow
+        wander has grown since (SKAB's accelerometers over an hour of normal operation),
+        the frozen spread alone made ``z`` large at window after window, and the
+        incident's reference kept firing (issue 29: 91 firing results, 20 false positives,
+        on SKAB's anomaly-free recording with the engine part off). Pooled, not the larger
+        of the two: both are noisy estimates, and the larger of two is biased upwards.
 
         >>> import numpy as np, pandas as pd
         >>> idx = pd.date_range("2024-01-01", periods=400, freq="2s")
@@ -249,9 +253,12 @@ class Reference:
         """
         now = self.residuals(window).mean(axis=0)
         then = self.residuals(recent).mean(axis=0)
-        spread = self.spread if before is None else np.sqrt(0.5 * (
-            self.spread ** 2
-            + self.current_spread(before, len(window), len(recent), changed) ** 2))
+        spread = self.spread
+        if before is not None:
+            current = self.current_spread(before, len(window), len(recent), changed)
+            spread = np.where(np.isfinite(current),
+                              np.sqrt(0.5 * (spread ** 2 + np.nan_to_num(current) ** 2)),
+                              spread)
         z = (now - then) / spread
         away = np.abs(now - self.level) > np.abs(then - self.level)
         return np.nan_to_num(np.where(away, z, 0.0))

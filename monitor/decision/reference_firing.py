@@ -11,9 +11,10 @@ open incident's reference measures the after window against the before window's 
 ``detection.fired_by`` ``reference`` (docs/decision.md, "A change inside an open
 incident").
 
-It is the same comparison as the level part's, with the spread of the normal days, and
-at the same threshold and share of the level; it only runs while an incident is open,
-and a result it fires never joins the calibration history.
+It is the same comparison as the level part's, with the spread of the normal days
+pooled with the current before window's median-based spread (the incident's own change
+left out: ``changes``), and at the same threshold and share of the level; it only runs
+while an incident is open, and a result it fires never joins the calibration history.
 """
 from __future__ import annotations
 

@@ -130,3 +130,18 @@ def test_the_incident_own_change_is_left_out_of_the_current_spread() -> None:
     firing = reference_firing([("inc-1", ref)], before.iloc[-21:], after, 30.0,
                               before=before, changes={"inc-1": change})
     assert firing is not None and list(firing.z) == ["e"]
+
+
+def test_too_few_comparisons_leave_the_frozen_spread_alone() -> None:
+    """A current window too short for an after window's worth of comparisons (or one
+    that is nearly all the incident's change) says nothing about the spread."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[300]:, "e"] -= 6.0
+    recent, after = x.iloc[279:300], x.iloc[300:315]
+    short = x.iloc[260:300]  # 40 rows: 5 comparisons of 21 + 15 rows
+    assert np.isnan(ref.current_spread(short, 15, 21)).all()
+    assert np.array_equal(ref.recent_z(recent, after, short), ref.recent_z(recent, after))
+    everything = (x.index[0], x.index[-1])
+    assert np.array_equal(ref.recent_z(recent, after, x.iloc[150:300], everything),
+                          ref.recent_z(recent, after))
