@@ -53,7 +53,9 @@ def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.Dat
     reference), oldest first), or None when no sensor's ``z**2`` reaches ``threshold``.
     ``recent``: the before window's last ``local_level`` rows (n_l, D); ``after`` (n_a,
     D): raw resampled readings; ``before``: the whole before window (n_b, D), whose
-    median-based spread bounds the frozen one from below (:meth:`Reference.recent_z`)."""
+    median-based spread is pooled with each frozen one (:meth:`Reference.recent_z`);
+    ``changes``: each incident's own change (incident id -> (from, to)), whose straddling
+    offsets its reference leaves out of that spread."""
     best: ReferenceFiring | None = None
     for incident_id, reference in references:
         z = reference.recent_z(recent, after, before, (changes or {}).get(incident_id))

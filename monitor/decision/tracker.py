@@ -327,10 +327,11 @@ class SiteTracker:
     def _changes(self) -> dict[str, tuple[pd.Timestamp, pd.Timestamp]]:
         """Each open incident's change: from its reference's end (or its onset's earliest
         estimate) to its first firing inspection's after window's end."""
-        spans = {}
+        after = self.inspector.spec.after
+        spans: dict[str, tuple[pd.Timestamp, pd.Timestamp]] = {}
         for i in self.open_incidents:
-            lo = i.baseline or i.onset_low or i.onset or i.started
-            spans[i.id] = (pd.Timestamp(lo), pd.Timestamp(i.started) + self.inspector.spec.after)
+            since = i.baseline or i.onset_low or i.onset or i.started
+            spans[i.id] = (pd.Timestamp(since), pd.Timestamp(i.started) + after)
         return spans
 
     def _horizon(self) -> timedelta:
