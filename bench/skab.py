@@ -30,6 +30,11 @@ turns ``ok`` after firing are both detections. Results not judged (``calibrating
 ``incomplete``, ``error``) change nothing. The first columns (a result that turns
 ``firing``, as the issue scored its runs) stay the headline.
 
+``false_positives_by_reference``: the false positives (rising edges) whose result an open
+incident's frozen reference fired (``detection.fired_by`` ``reference``), the part that
+once kept firing on SKAB's normal recording under a looser level (docs/decision.md, "A
+change inside an open incident"; ``--options ... --engine-weight 0`` shows it).
+
 A recording of normal operation only (``anomaly-free*``: no label columns) runs the same
 way and is scored the same way with no change point, so every detection in it from the
 400th row on is a false positive: the rate of false positives per hour of normal
@@ -124,10 +129,13 @@ def in_window(detection: pd.Timestamp, change_point: pd.Timestamp) -> bool:
     return bool(change_point <= detection <= change_point + WINDOW)
 
 
-def edges(results: list[dict], start: pd.Timestamp) -> list[tuple[pd.Timestamp, bool]]:
-    """``(time, firing)`` for each judged result from ``start`` on (time: its after window's
-    end) whose state differs from the judged result before it: True where it turns
-    ``firing``, False where it turns ``ok`` after firing. Unjudged results change nothing."""
+def edges(results: list[dict], start: pd.Timestamp
+          ) -> list[tuple[pd.Timestamp, bool, str | None]]:
+    """``(time, firing, fired_by)`` for each judged result from ``start`` on (time: its
+    after window's end) whose state differs from the judged result before it: True where
+    it turns ``firing``, False where it turns ``ok`` after firing; ``fired_by``: the
+    result's ``detection.fired_by`` (the part that fired it; None for ``ok``). Unjudged
+    results change nothing."""
     found = []
     was_firing = False
     for r in results:
@@ -137,7 +145,7 @@ def edges(results: list[dict], start: pd.Timestamp) -> list[tuple[pd.Timestamp, 
         if firing != was_firing:
             at = pd.Timestamp(r["windows"]["after"]["end"]).tz_localize(None)
             if at >= start:
-                found.append((at, firing))
+                found.append((at, firing, (r.get("detection") or {}).get("fired_by")))
         was_firing = firing
     return found
 
@@ -161,11 +169,16 @@ def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
     start = times.iloc[SCORED_FROM_ROW]
     points = [t for t in times[truth["changepoint"] == 1] if t >= start]
     changes = edges(results, start)
-    missed, false, delays = _confusion(points, [t for t, firing in changes if firing])
+    rising = [(t, by) for t, firing, by in changes if firing]
+    missed, false, delays = _confusion(points, [t for t, _ in rising])
     # SKAB's abs(prediction.diff()): turning ok is a detection too
-    missed_both, false_both, _ = _confusion(points, [t for t, _ in changes])
+    missed_both, false_both, _ = _confusion(points, [t for t, _, _ in changes])
+    # an open incident's reference (docs/decision.md, "A change inside an open incident")
+    by_reference = sum(by == "reference" and not any(in_window(t, c) for c in points)
+                       for t, by in rising)
     statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
     return {"change_points": len(points), "missed": missed, "false_positives": false,
+            "false_positives_by_reference": by_reference,
             "median_delay_s": float(pd.Series(delays).median()) if delays else None,
             "missed_both_edges": missed_both, "false_positives_both_edges": false_both,
             **{f"n_{k}": int(statuses.get(k, 0)) for k in ("firing", "ok", "calibrating",
@@ -214,7 +227,8 @@ def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: s
                     args: argparse.Namespace) -> None:
     normal = table[~table["labelled"]]
     table = table[table["labelled"]]
-    total = table[["change_points", "missed", "false_positives", "missed_both_edges",
+    total = table[["change_points", "missed", "false_positives",
+                   "false_positives_by_reference", "missed_both_edges",
                    "false_positives_both_edges"]].sum()
     delays = table["median_delay_s"].dropna()
     command = (f"`mmdwatch backfill --data FILE --start <first row> --end <last row> "
@@ -225,35 +239,41 @@ def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: s
                "included, as in SKAB's scoring); a false positive is a detection outside "
                "those windows. Both edges: SKAB's own conversion of a detector's output, "
                "`abs(prediction.diff())`, with which the published rows were scored: a "
-               "result that turns `ok` after firing is a detection too.")
-    lines = ["# SKAB, as published, with four options (`python -m bench.skab`)", "",
+               "result that turns `ok` after firing is a detection too. By a reference: "
+               "the false positives whose result an open incident's frozen reference "
+               "fired (docs/decision.md, \"A change inside an open incident\").")
+    title = "four options" if options == OPTIONS else "other options (in the command below)"
+    lines = [f"# SKAB, as published, with {title} (`python -m bench.skab`)", "",
              (f"Machine: {load}. Files: {', '.join(table['file'])} (`{args.data}`). Each "
               f"file: {command}, the label columns dropped first. {scoring}"), "",
-             ("| file | change points | missed | false positives | median delay s | "
-              "missed / false positives, both edges | "
+             ("| file | change points | missed | false positives | by a reference | "
+              "median delay s | missed / false positives, both edges | "
               "firing / ok / calibrating / incomplete / error results | wall s |"),
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         delay = "" if pd.isna(r.median_delay_s) else f"{r.median_delay_s:.0f}"
         lines.append(f"| {r.file} | {r.change_points} | {r.missed} | {r.false_positives} | "
-                     f"{delay} | {r.missed_both_edges} / {r.false_positives_both_edges} | "
+                     f"{r.false_positives_by_reference} | {delay} | "
+                     f"{r.missed_both_edges} / {r.false_positives_both_edges} | "
                      f"{r.n_firing} / {r.n_ok} / {r.n_calibrating} / "
                      f"{r.n_incomplete} / {r.n_error} | {r.wall_s} |")
     median = f", median delay {delays.median():.0f} s" if len(delays) else ""
     lines += ["", (f"Total: {int(total['missed'])} of {int(total['change_points'])} change "
-                   f"points missed, {int(total['false_positives'])} false positives{median}. "
+                   f"points missed, {int(total['false_positives'])} false positives "
+                   f"({int(total['false_positives_by_reference'])} by a reference){median}. "
                    f"Both edges (SKAB's conversion): {int(total['missed_both_edges'])} "
                    f"missed, {int(total['false_positives_both_edges'])} false positives.")]
     if len(normal):
         lines += ["", ("Normal operation only (no change point: every detection from the "
                        "400th row on is a false positive; not in the total):"), "",
-                  ("| recording | hours scored | false positives | per hour | "
-                   "false positives, both edges | "
+                  ("| recording | hours scored | false positives | by a reference | "
+                   "per hour | false positives, both edges | "
                    "firing / ok / calibrating / incomplete / error results | wall s |"),
-                  "|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|"]
         for r in normal.itertuples():
             rate = f"{r.false_positives / r.scored_h:.2f}" if r.scored_h else ""
-            lines.append(f"| {r.file} | {r.scored_h} | {r.false_positives} | {rate} | "
+            lines.append(f"| {r.file} | {r.scored_h} | {r.false_positives} | "
+                         f"{r.false_positives_by_reference} | {rate} | "
                          f"{r.false_positives_both_edges} | {r.n_firing} / {r.n_ok} / "
                          f"{r.n_calibrating} / {r.n_incomplete} / {r.n_error} | {r.wall_s} |")
     lines += ["", ("The leaderboard's published rows, over all 34 files and 127 change "

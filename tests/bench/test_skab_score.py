@@ -89,18 +89,34 @@ def test_a_normal_recording_has_no_change_point_so_every_detection_is_false(
 
 def test_the_normal_recording_is_reported_apart_from_the_total(tmp_path: Path) -> None:
     rows = [{"file": "valve2_0", "labelled": True, "scored_h": 0.2, "change_points": 4,
-             "missed": 1, "false_positives": 1, "median_delay_s": 20.0,
+             "missed": 1, "false_positives": 1, "false_positives_by_reference": 0,
+             "median_delay_s": 20.0,
              "missed_both_edges": 0, "false_positives_both_edges": 2},
             {"file": "anomaly-free", "labelled": False, "scored_h": 2.5, "change_points": 0,
-             "missed": 0, "false_positives": 3, "median_delay_s": None,
+             "missed": 0, "false_positives": 3, "false_positives_by_reference": 1,
+             "median_delay_s": None,
              "missed_both_edges": 0, "false_positives_both_edges": 5}]
     table = pd.DataFrame([{**r, "wall_s": 1.0, **{f"n_{k}": 0 for k in (
         "firing", "ok", "calibrating", "incomplete", "error")}} for r in rows])
     out = tmp_path / "skab.md"
     _write_markdown(table, out, OPTIONS, "load", argparse.Namespace(data=tmp_path))
     text = out.read_text()
-    assert "Total: 1 of 4 change points missed, 1 false positives" in text
+    assert "Total: 1 of 4 change points missed, 1 false positives (0 by a reference)" in text
     assert "Both edges (SKAB's conversion): 0 missed, 2 false positives." in text
-    assert "| 20 | 0 / 2 |" in text
-    assert "| anomaly-free | 2.5 | 3 | 1.20 | 5 |" in text
+    assert "| valve2_0 | 4 | 1 | 1 | 0 | 20 | 0 / 2 |" in text
+    assert "| anomaly-free | 2.5 | 3 | 1 | 1.20 | 5 |" in text
     assert "Files: valve2_0 (" in text
+
+
+def test_false_positives_an_open_incident_reference_fired_are_counted_apart() -> None:
+    """A reference-fired detection inside a change point's window scores for it; one
+    outside is a false positive and counts among those by a reference too."""
+    def fired(at_row: int, by: str) -> dict[str, Any]:
+        return {**_result(at_row, "firing"), "detection": {"fired_by": by}}
+
+    results = [_result(500, "ok"), fired(620, "reference"), _result(640, "ok"),
+               fired(800, "reference"), _result(820, "ok"), fired(900, "level"),
+               _result(950, "ok")]
+    got = score(results, _truth([600]))
+    assert (got["missed"], got["false_positives"]) == (0, 2)
+    assert got["false_positives_by_reference"] == 1
