@@ -151,15 +151,15 @@ def edges(results: list[dict], start: pd.Timestamp
 
 
 def _confusion(points: list[pd.Timestamp], found: list[pd.Timestamp]
-               ) -> tuple[int, int, list[float]]:
-    """(missed change points, false positives, delay of each detected point in s)."""
+               ) -> tuple[int, list[pd.Timestamp], list[float]]:
+    """(missed change points, the false positives, delay of each detected point in s)."""
     delays = []
     for c in points:
         hits = [d for d in found if in_window(d, c)]
         if hits:
             delays.append((min(hits) - c).total_seconds())
     false = [d for d in found if not any(in_window(d, c) for c in points)]
-    return len(points) - len(delays), len(false), delays
+    return len(points) - len(delays), false, delays
 
 
 def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
@@ -174,13 +174,12 @@ def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
     # SKAB's abs(prediction.diff()): turning ok is a detection too
     missed_both, false_both, _ = _confusion(points, [t for t, _, _ in changes])
     # an open incident's reference (docs/decision.md, "A change inside an open incident")
-    by_reference = sum(by == "reference" and not any(in_window(t, c) for c in points)
-                       for t, by in rising)
+    by_reference = sum(by == "reference" and t in false for t, by in rising)
     statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
-    return {"change_points": len(points), "missed": missed, "false_positives": false,
+    return {"change_points": len(points), "missed": missed, "false_positives": len(false),
             "false_positives_by_reference": by_reference,
             "median_delay_s": float(pd.Series(delays).median()) if delays else None,
-            "missed_both_edges": missed_both, "false_positives_both_edges": false_both,
+            "missed_both_edges": missed_both, "false_positives_both_edges": len(false_both),
             **{f"n_{k}": int(statuses.get(k, 0)) for k in ("firing", "ok", "calibrating",
                                                             "incomplete", "error")}}
 

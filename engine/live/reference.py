@@ -257,8 +257,7 @@ class Reference:
         if before is not None:
             current = self.current_spread(before, len(window), len(recent), changed)
             spread = np.where(np.isfinite(current),
-                              np.sqrt(0.5 * (spread ** 2 + np.nan_to_num(current) ** 2)),
-                              spread)
+                              np.sqrt(0.5 * (spread ** 2 + current ** 2)), spread)
         z = (now - then) / spread
         away = np.abs(now - self.level) > np.abs(then - self.level)
         return np.nan_to_num(np.where(away, z, 0.0))
