@@ -13,7 +13,8 @@ alert level) while the history is short (``PRE_ALERT_HISTORY`` values): a change
 stays below the alert level must not raise the threshold that would let it fire. A long
 history keeps out only the values that fired: one cleaned of the null's own largest
 values has too light a tail, and its thresholds fire too often (docs/decision.md,
-"Calibration history").
+"Calibration history"). Without a daily profile, a calibrating value (no p-value yet)
+beyond the history's fence stays out too (:func:`beyond_fence`).
 """
 from __future__ import annotations
 
@@ -55,6 +56,16 @@ DetectMany = Callable[[list[datetime], "ReadWindow"], "list[HistoryValue | None]
 #: out, the null's own largest values left too light a tail (docs/decision.md)
 PRE_ALERT = 5.0
 PRE_ALERT_HISTORY = 300
+#: data without a daily profile (a testbed's minutes): a calibrating value, which has no
+#: p-value yet, is kept out of the history when it lies above the history's third
+#: quartile plus CALIBRATING_FENCE interquartile ranges, once the history holds
+#: CALIBRATING_FENCE_FROM values. A change during calibration then cannot lift the
+#: threshold past itself. Not with a daily profile: there the statistic's spread moves
+#: with the hours and weekdays the after window holds, so a fence drawn on the first
+#: hours cuts normal values of later ones (docs/decision.md, "Calibrating values
+#: screened")
+CALIBRATING_FENCE = 3.0
+CALIBRATING_FENCE_FROM = 8
 #: rows of the last day of the before window the onset scan also looks at
 ONSET_LOOKBACK_ROWS = 24
 
@@ -159,7 +170,8 @@ class SiteTracker:
         value = detection.get("value")
         kept: HistoryValue | None = None
         if (value is not None and status in ("ok", "calibrating") and event is None
-                and (not was_open or self._settled(t)) and self._normal(detection, t)):
+                and (not was_open or self._settled(t))
+                and self._normal(detection, t, float(value), status == "calibrating")):
             engine_value = (detection.get("engine") or {}).get("value")
             kept = (float(value), None if engine_value is None else float(engine_value))
             self.history[t] = kept
@@ -188,9 +200,16 @@ class SiteTracker:
         return all(parse_time(incident.started) + spec.after + spec.before <= t
                    for incident in self.open_incidents)
 
-    def _normal(self, detection: dict[str, Any], t: datetime) -> bool:
+    def _normal(self, detection: dict[str, Any], t: datetime, value: float,
+                calibrating: bool) -> bool:
+        """Whether a quiet or calibrating ``value`` at ``t`` may join the history: not in
+        the quarantine after an incident, not below the pre-alert level while the history
+        is short (only below the level later), and, calibrating without a daily profile,
+        not beyond the history's fence (:func:`beyond_fence`)."""
         if self.quarantine_until is not None and t < self.quarantine_until:
             return False
+        if calibrating and self.inspector.decision.detector.period == "none":
+            return not beyond_fence(value, self.history_at(t)[:, 0])
         p, level = detection.get("p_value"), detection.get("level")
         short = int(detection.get("history_n") or 0) < PRE_ALERT_HISTORY
         return p is None or level is None or \
@@ -492,6 +511,17 @@ class SiteTracker:
         log.info("calibration history of %s: %d of %d past inspection times computed",
                  self.inspector.site, added, len(times))
         return added
+
+
+def beyond_fence(value: float, history: np.ndarray) -> bool:
+    """Whether ``value`` lies above ``history``'s third quartile plus
+    :data:`CALIBRATING_FENCE` interquartile ranges ((n,) level statistics; NaN left
+    out); never with fewer than :data:`CALIBRATING_FENCE_FROM` values."""
+    values = history[np.isfinite(history)]
+    if values.size < CALIBRATING_FENCE_FROM:
+        return False
+    q1, q3 = np.quantile(values, [0.25, 0.75])
+    return bool(value > q3 + CALIBRATING_FENCE * (q3 - q1))
 
 
 def cached_reader(frame: pd.DataFrame) -> ReadWindow:

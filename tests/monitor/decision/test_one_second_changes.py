@@ -113,6 +113,33 @@ def test_a_second_step_of_the_same_sensor_is_seen_against_the_incident_reference
     check(seen)  # the result schema (docs/result.schema.json)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_excursion_while_calibrating_leaves_the_threshold_alone(tmp_path: Path,
+                                                                   seed: int) -> None:
+    """s02 moves by 10 for 40 s while the history is being built, and s05 steps by 6 eight
+    minutes later. Calibrating values beyond the history's fence stay out of it
+    (docs/decision.md, "Calibrating values screened"), so the excursion does not lift the
+    threshold past the step. Just before the step it was 4,240 and 10,192 without the
+    fence (seeds 0 and 1), and the step was not seen; with it, 443 and 69."""
+    data, out = tmp_path / "pump.csv", tmp_path / "results.jsonl"
+    excursion = START + pd.Timedelta(minutes=6, seconds=20)
+    step = START + pd.Timedelta(minutes=15)
+    _stream(data, seed, steps=[(excursion, 1, 10.0),
+                               (excursion + pd.Timedelta(seconds=40), 1, -10.0),
+                               (step, 4, 6.0)])
+    assert main(["backfill", "--data", str(data), "--start", START.isoformat(),
+                 "--end", (START + pd.Timedelta(minutes=24)).isoformat(), *OPTIONS,
+                 "--out", str(out)]) == 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    fired = [r for r in results if r["status"] == "firing"]
+    assert fired and all(pd.Timestamp(r["windows"]["after"]["end"]) >= step for r in fired)
+    assert _seen(results, step, "s05") is not None
+    before = [r["detection"] for r in results if r["status"] == "ok"
+              and pd.Timestamp(r["windows"]["after"]["end"]) < step]
+    assert before[-1]["threshold"] < 1000
+
+
 def test_a_later_span_replays_the_agent_from_the_data_start(tmp_path: Path) -> None:
     """The agent's times are on --start's phase, and still from the source's start: a
     span written late in the file is calibrated from its first time."""
