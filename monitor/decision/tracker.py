@@ -65,7 +65,7 @@ PRE_ALERT_HISTORY = 300
 #: hours cuts normal values of later ones (docs/decision.md, "Calibrating values
 #: screened")
 CALIBRATING_FENCE = 3.0
-CALIBRATING_FENCE_FROM = 8
+CALIBRATING_FENCE_FROM = 12
 #: rows of the last day of the before window the onset scan also looks at
 ONSET_LOOKBACK_ROWS = 24
 

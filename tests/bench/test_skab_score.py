@@ -16,6 +16,7 @@ from bench.skab import (
     OPTIONS,
     SCORED_FROM_ROW,
     _write_markdown,
+    normal_pieces,
     normal_recording,
     score,
     scored_hours,
@@ -120,3 +121,44 @@ def test_false_positives_an_open_incident_reference_fired_are_counted_apart() ->
     got = score(results, _truth([600]))
     assert (got["missed"], got["false_positives"]) == (0, 2)
     assert got["false_positives_by_reference"] == 1
+
+
+def test_the_normal_recording_is_cut_into_pieces_of_a_file_s_length(tmp_path: Path) -> None:
+    """Each piece is a file as published (semicolons, no labels), calibrated afresh by
+    its own backfill; the rows past the last whole piece are dropped."""
+    source = tmp_path / "anomaly-free_x.csv"
+    _truth([], n=2500).drop(columns=["changepoint"]).assign(Pressure=1.0).to_csv(
+        source, sep=";", index=False)
+    pieces = normal_pieces(source, tmp_path, rows=1000)
+    assert [p.name for p, _ in pieces] == ["anomaly-free_x_piece1.csv",
+                                          "anomaly-free_x_piece2.csv"]
+    second = pd.read_csv(pieces[1][0], sep=";")
+    assert list(second.columns) == ["datetime", "Pressure"] and len(second) == 1000
+    assert second["datetime"].iloc[0] == (T0 + pd.Timedelta(seconds=1000)).strftime(
+        "%Y-%m-%d %H:%M:%S")
+    assert not pieces[1][1]["changepoint"].any()
+    labelled = tmp_path / "valve.csv"
+    _truth([600]).to_csv(labelled, sep=";", index=False)
+    with pytest.raises(ValueError, match="labelled"):
+        normal_pieces(labelled, tmp_path, rows=1000)
+
+
+def test_the_pieces_are_summed_apart(tmp_path: Path) -> None:
+    common = {"labelled": False, "change_points": 0, "missed": 0,
+              "false_positives_by_reference": 0, "median_delay_s": None,
+              "missed_both_edges": 0, "false_positives_both_edges": 0, "wall_s": 1.0,
+              **{f"n_{k}": 0 for k in ("firing", "ok", "calibrating", "incomplete", "error")}}
+    rows = [{**common, "file": "valve2_0", "labelled": True, "scored_h": 0.2,
+             "change_points": 4, "missed": 1, "false_positives": 0, "piece": False},
+            {**common, "file": "anomaly-free", "scored_h": 2.5, "false_positives": 3,
+             "piece": False},
+            {**common, "file": "anomaly-free_piece1", "scored_h": 0.2, "false_positives": 1,
+             "piece": True},
+            {**common, "file": "anomaly-free_piece2", "scored_h": 0.25, "false_positives": 0,
+             "piece": True}]
+    out = tmp_path / "skab.md"
+    _write_markdown(pd.DataFrame(rows), out, OPTIONS, "load",
+                    argparse.Namespace(data=tmp_path))
+    text = out.read_text()
+    assert "cut into 2 files of a labelled file's length" in text
+    assert "1 false positives in 0.45 scored hours (0.50 a file)" in text

@@ -121,7 +121,7 @@ def test_an_excursion_while_calibrating_leaves_the_threshold_alone(tmp_path: Pat
     minutes later. Calibrating values beyond the history's fence stay out of it
     (docs/decision.md, "Calibrating values screened"), so the excursion does not lift the
     threshold past the step. Just before the step it was 4,240 and 10,192 without the
-    fence (seeds 0 and 1), and the step was not seen; with it, 443 and 69."""
+    fence (seeds 0 and 1), and the step was not seen; with it, 443 and 145."""
     data, out = tmp_path / "pump.csv", tmp_path / "results.jsonl"
     excursion = START + pd.Timedelta(minutes=6, seconds=20)
     step = START + pd.Timedelta(minutes=15)
