@@ -225,7 +225,8 @@ def test_robust_loadings_keep_one_sensors_step_off_the_others() -> None:
     assert np.abs(robust_loadings(clean, direction) - ls).max() < 0.05 * np.abs(ls).max()
 
 
-@pytest.mark.parametrize("shape", [(150, 8), (150, 7), (3, 40, 33), (5, 1), (4, 2)])
+@pytest.mark.parametrize("shape", [(150, 8), (150, 7), (3, 40, 33), (5, 1), (4, 2),
+                                   (2, 6, 300)])
 def test_row_median_is_numpys_median_to_the_bit(shape: tuple[int, ...]) -> None:
     from engine.live.residual_shift import row_median
 
