@@ -327,3 +327,26 @@ def test_spread_channels_in_a_batch_equal_one_at_a_time() -> None:
         assert not isinstance(got, DetectionError)
         assert got.value == one.value
         pd.testing.assert_series_equal(got.z_spread, one.z_spread, check_exact=True)
+
+
+@pytest.mark.parametrize(("shape", "modes"), [((4, 30, 60), 1), ((3, 20, 45), 2),
+                                               ((3, 40, 33), 1)])
+def test_principal_directions_are_the_svds(shape: tuple[int, int, int], modes: int) -> None:
+    """Wider windows than rows take the Gram matrix's eigenvectors: the same directions as
+    the SVD's (their projections agree to rounding); taller ones are the SVD's to the
+    bit. A window of rank below ``modes`` falls back to the SVD."""
+    from engine.live.residual_shift import principal_directions
+
+    rng = np.random.default_rng(sum(shape))
+    x = rng.normal(size=shape)
+    x -= x.mean(axis=1, keepdims=True)
+    x[0] = 0.0  # no direction at all: the SVD's arbitrary one, as before
+    got = principal_directions(x, modes)
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    want = np.swapaxes(vt[:, :modes], 1, 2)
+    assert got.shape == (shape[0], shape[2], modes)
+    if shape[1] >= shape[2]:
+        assert np.array_equal(got, want)
+    projection = got @ np.swapaxes(got, 1, 2)
+    assert np.abs(projection - want @ np.swapaxes(want, 1, 2)).max() < 1e-12
+    assert np.array_equal(got[0], want[0])
