@@ -26,6 +26,7 @@ from monitor.decision.calibrated_rule import (
     PendingFits,
     Prepared,
     decide_calibrated,
+    engine_abstains,
     fits_here,
     lacks_own_p_value,
 )
@@ -423,15 +424,21 @@ def begin_prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadW
     started: list[tuple[list[int], PendingFits]] = []
     for members in groups.values():
         first = work[members[0]][0]
-        pairs = [residual_pair(p.detection, first.decision.engine_rows)
-                 for i in members for p in detected[i].values()]
+        rows = first.decision.engine_rows
+        # windows filled across a gap are not fitted (calibrated_rule.engine_abstains)
+        for i in members:
+            detected[i] = {t: replace(p, engine_fit=engine_abstains(p.windows, rows))
+                           for t, p in detected[i].items()}
+        pairs = [residual_pair(p.detection, rows) for i in members
+                 for p in detected[i].values() if p.engine_fit is None]
         started.append((members, first.engine_fits(first.engine, pairs, scope)))
 
     def finish() -> list[dict[datetime, Prepared]]:
         for members, pending in started:
             fits = iter(pending())
             for i in members:
-                detected[i] = {t: replace(p, engine_fit=next(fits))
+                detected[i] = {t: p if p.engine_fit is not None
+                               else replace(p, engine_fit=next(fits))
                                for t, p in detected[i].items()}
         return detected
 

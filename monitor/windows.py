@@ -174,6 +174,9 @@ class Windows:
     #: each bin's within-bin spread, log scale (:func:`spread_channels`): the sensors whose
     #: bins hold :data:`SPREAD_MIN_READINGS` readings or more, None where none does
     spread: SpreadChannels | None = None
+    #: the cells filled by interpolation, (n_b, D) and (n_a, D) bool over the kept sensors
+    #: (rows and columns of ``before_raw`` and ``after_raw``); None where none was filled
+    filled: tuple[np.ndarray, np.ndarray] | None = None
 
 
 #: readings a bin must hold (median over the before window) for its spread to count
@@ -637,9 +640,10 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     before_n, after_n, notes = normalise(before_raw, after_raw, spec.normalise)
     quality["unscaled_sensors"] = notes
     channels = None if spreads is None else spread_channels(spreads, kept)
+    filled = None if seen_b.all() and seen_a.all() else (~seen_b, ~seen_a)
     return Windows(t=t, spec=spec, before_raw=before_raw, after_raw=after_raw,
                    before=before_n, after=after_n, data_quality=quality,
-                   spread=channels)
+                   spread=channels, filled=filled)
 
 
 def finite_or_none(value: float) -> float | None:

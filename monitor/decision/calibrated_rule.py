@@ -78,6 +78,35 @@ def _history_span(values: int, cal: Any) -> str:
 FitScope: TypeAlias = Literal["full", "decision", "history"]
 
 
+#: The engine part abstains where more than this share of the readings of its two
+#: samples (the before window's last ``engine_rows``, the after window) were filled by
+#: interpolation across a gap: a filled stretch is a straight line, which the fit tells
+#: from measured rows at once (docs/decision.md, "The engine part across a gap").
+ENGINE_MAX_FILLED = 0.1
+
+
+class EngineAbstains(Exception):
+    """The engine part does not fit these windows (the message says why); the level part
+    decides alone, at the whole level, as whenever the engine part cannot vote."""
+
+
+def engine_abstains(windows: Windows, rows: int) -> EngineAbstains | None:
+    """Why the engine part should not fit ``windows``: more than :data:`ENGINE_MAX_FILLED`
+    of the readings of its samples (the before window's last ``rows``, the after window)
+    filled across a gap (None: it fits them)."""
+    import numpy as np
+
+    if windows.filled is None:
+        return None
+    before, after = windows.filled
+    cells = np.concatenate([before[-rows:].ravel(), after.ravel()])
+    share = float(cells.mean()) if cells.size else 0.0
+    if share <= ENGINE_MAX_FILLED:
+        return None
+    return EngineAbstains(f"{share:.0%} of the readings it would compare were filled across "
+                          f"a gap in the data (at most {ENGINE_MAX_FILLED:.0%})")
+
+
 def engine_part_settings(engine: EngineSettings, *, scope: FitScope = "full"
                          ) -> EngineSettings:
     """The engine part's CV-aggregation (whatever ``engine.method`` names for the engine
@@ -156,6 +185,9 @@ def engine_part(det: Detection, decision: DecisionSettings, engine: EngineSettin
             fit = engine_part_selector(engine).fit(*residual_pair(det, decision.engine_rows))
         except Exception as exc:  # noqa: BLE001 - the level part still decides
             fit = exc
+    if isinstance(fit, EngineAbstains):
+        log.info("engine part: not fitted (%s); the level part decides alone", fit)
+        return None, None
     if isinstance(fit, Exception):
         log.warning("engine part: CV-aggregation could not fit the residual windows "
                     "(%s); the level part decides alone", fit)
@@ -205,8 +237,9 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
                    z_cycle=by_name(det.z_cycle), cycles=by_name(det.cycle_factor))
     strength = det.evidence()
     evidence = [strength[s] for s in labels]  # the sensors' share of the statistic
+    fit = prepared.engine_fit if prepared is not None else None
     sel, power = engine_part(det, d, engine,
-                             None if prepared is None else prepared.engine_fit)
+                             fit if fit is not None else engine_abstains(w, d.engine_rows))
     engine_scores: dict[str, float] = {}
     if sel is not None:
         engine_scores = dict(zip([str(x) for x in sel.labels],

@@ -281,3 +281,34 @@ def test_level_statistics_of_an_earlier_version_are_dropped_for_a_new_history(
     assert fresh.get_meta(LEVEL_STATISTIC_META) == "v2" and not caplog.text
     for s in (state, fresh):
         s.close()
+
+
+def test_the_engine_part_abstains_on_rows_filled_across_a_gap() -> None:
+    """More than ENGINE_MAX_FILLED of the readings its two samples hold (the before
+    window's last engine rows, the after window) filled across a gap: no fit, and why.
+    The before window's earlier rows do not count."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from monitor.decision.calibrated_rule import (
+        ENGINE_MAX_FILLED,
+        EngineAbstains,
+        engine_abstains,
+    )
+    from monitor.windows import Windows
+
+    def windows(before: np.ndarray, after: np.ndarray) -> Windows:
+        return cast(Windows, SimpleNamespace(filled=(before, after)))
+
+    before, after = np.zeros((60, 4), dtype=bool), np.zeros((15, 4), dtype=bool)
+    assert engine_abstains(cast(Windows, SimpleNamespace(filled=None)), 21) is None
+    early = before.copy()
+    early[:30] = True  # half the window, all before its last 21 rows
+    assert engine_abstains(windows(early, after), 21) is None
+    late = before.copy()
+    late[-4:] = True  # 16 of 144 cells: 11 %
+    why = engine_abstains(windows(late, after), 21)
+    assert isinstance(why, EngineAbstains) and "11%" in str(why)
+    assert 16 / 144 > ENGINE_MAX_FILLED > 12 / 144
+    late[-4] = False  # 12 of 144: 8 %
+    assert engine_abstains(windows(late, after), 21) is None
