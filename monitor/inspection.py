@@ -431,7 +431,8 @@ def begin_prepare_many(work: Sequence[tuple[Inspector, Sequence[datetime], ReadW
                            for t, p in detected[i].items()}
         pairs = [residual_pair(p.detection, rows) for i in members
                  for p in detected[i].values() if p.engine_fit is None]
-        started.append((members, first.engine_fits(first.engine, pairs, scope)))
+        started.append((members, first.engine_fits(first.engine, pairs, scope) if pairs
+                        else list))  # every window abstains: nothing to fit
 
     def finish() -> list[dict[datetime, Prepared]]:
         for members, pending in started:

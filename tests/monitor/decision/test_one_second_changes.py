@@ -169,6 +169,29 @@ def test_a_hole_in_the_data_raises_no_alarm(tmp_path: Path, seed: int) -> None:
     assert later and max(later) < 20  # measured rows again: the part votes again
 
 
+def test_inspect_just_past_a_hole_decides_on_the_level_part(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-shot ``inspect`` whose one time lies just past the hole: its engine part
+    abstains (nothing is left to fit in its batch) and the level part decides."""
+    data = tmp_path / "pump.csv"
+    _stream(data, 0, steps=[])
+    hole = START + pd.Timedelta(minutes=15)
+    frame = pd.read_csv(data, parse_dates=["time"])
+    frame = frame[(frame["time"] < hole) | (frame["time"] >= hole + pd.Timedelta(seconds=64))]
+    frame.to_csv(data, index=False)
+    at = hole + pd.Timedelta(seconds=70)  # the before window's last rows: the filled line
+    config = tmp_path / "pump.yaml"  # inspect takes the schedule from a config
+    config.write_text(f"site: pump\nsource: {{type: file, path: {data}}}\n"
+                      "windows: {before: 5min, after: 30s, resample: 2s}\n"
+                      "schedule: {every: 5s}\n")
+    capsys.readouterr()
+    assert main(["inspect", "--config", str(config), "--at", at.isoformat()]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["status"] == "ok", result.get("message")
+    block = result["detection"]
+    assert block["engine"]["value"] is None and block["level_p_value"] == block["p_value"]
+
+
 def test_a_later_span_replays_the_agent_from_the_data_start(tmp_path: Path) -> None:
     """The agent's times are on --start's phase, and still from the source's start: a
     span written late in the file is calibrated from its first time."""
