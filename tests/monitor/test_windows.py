@@ -102,6 +102,23 @@ def test_gaps_are_interpolated_inside_a_window_and_reported():
     assert w.before["a"].iloc[-1] == 22.0
 
 
+def test_the_windows_say_which_cells_were_filled():
+    """``Windows.filled``: the before and after cells filled across a gap, over the kept
+    sensors (the engine part abstains on them, docs/decision.md); None without a gap."""
+    start = T - pd.Timedelta(hours=6)
+    full = grid("a", start, 12, 60, lambda t: float(t.hour)) + \
+        grid("b", start, 12, 60, lambda _: 1.0)
+    assert build_windows(readings(full), T, SPEC).filled is None
+    rows = [r for r in full if not (r[1] == "a" and pd.Timestamp(r[0]).hour in (20, 21, 2))]
+    w = build_windows(readings(rows), T, SPEC)
+    assert w.filled is not None
+    before, after = w.filled
+    assert before.shape == (6, 2) and after.shape == (6, 2)
+    assert before[:, 0].tolist() == [False, False, True, True, False, False]  # 20:00, 21:00
+    assert after[:, 0].tolist() == [False, False, True, False, False, False]  # 02:00
+    assert not before[:, 1].any() and not after[:, 1].any()
+
+
 def test_sensor_with_too_little_data_is_dropped_and_listed():
     start = T - pd.Timedelta(hours=6)
     rows = grid("a", start, 12, 30, minute_value) + grid("b", start, 12, 30, lambda _: 1.0)
@@ -233,6 +250,10 @@ def test_binned_span_gives_the_windows_of_build_windows(aggregate):
         assert got.spread.names == want.spread.names
         np.testing.assert_array_equal(got.spread.before, want.spread.before)
         np.testing.assert_array_equal(got.spread.after, want.spread.after)
+        assert (got.filled is None) == (want.filled is None)
+        if got.filled is not None and want.filled is not None:
+            for mine, theirs in zip(got.filled, want.filled, strict=True):
+                np.testing.assert_array_equal(mine, theirs)
         compared += 1
     assert compared >= 28
     assert len(span._grids) == 3  # one per offset, however many windows start there
