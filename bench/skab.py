@@ -55,6 +55,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -94,6 +95,16 @@ def normal_recording(source: Path) -> tuple[Path, pd.DataFrame]:
     if "changepoint" in frame.columns:
         raise ValueError(f"{source.name} is labelled: score it with its change points")
     return source, frame.assign(changepoint=0)
+
+
+class Job(NamedTuple):
+    """One backfill of the bench: the file, its truth, whether it is labelled, and whether
+    it is a piece of the normal recording (:func:`normal_pieces`)."""
+
+    path: Path
+    truth: pd.DataFrame
+    labelled: bool
+    piece: bool = False
 
 
 def normal_pieces(source: Path, folder: Path, rows: int) -> list[tuple[Path, pd.DataFrame]]:
@@ -223,19 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     load = machine_load()
     with tempfile.TemporaryDirectory(prefix="skab-") as tmp:
         folder = Path(tmp)
-        jobs = []
-        for source in files:
-            path, truth = strip_labels(source, folder)
-            jobs.append((path, truth, folder / f"{_stem(path)}.jsonl", True, False))
-        piece_rows = int(pd.Series([len(job[1]) for job in jobs]).median())
+        jobs = [Job(*strip_labels(source, folder), labelled=True) for source in files]
+        piece_rows = int(pd.Series([len(job.truth) for job in jobs]).median())
         for source in normal:
-            path, truth = normal_recording(source)
-            jobs.append((path, truth, folder / f"{_stem(path)}.jsonl", False, False))
-            jobs += [(path, truth, folder / f"{_stem(path)}.jsonl", False, True)
+            jobs.append(Job(*normal_recording(source), labelled=False))
+            jobs += [Job(path, truth, labelled=False, piece=True)
                      for path, truth in normal_pieces(source, folder, piece_rows)]
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            rows = list(pool.map(lambda job: {**run_file(job[0], job[1], options, job[2],
-                                                         job[3]), "piece": job[4]}, jobs))
+            rows = list(pool.map(
+                lambda job: {**run_file(job.path, job.truth, options,
+                                        folder / f"{_stem(job.path)}.jsonl", job.labelled),
+                             "piece": job.piece}, jobs))
     table = pd.DataFrame(rows)
     for row in rows:
         log.info("%s: %s of %s missed, %s false positives", row["file"], row["missed"],

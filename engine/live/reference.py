@@ -54,6 +54,7 @@ from engine.live.residual_shift import (
     Period,
     _slots,
     profile_table,
+    sliding_comparisons,
 )
 
 
@@ -110,16 +111,6 @@ def _window_stats(r: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return mean, var
 
 
-def _comparisons(r: np.ndarray, n_after: int, local: int) -> np.ndarray:
-    """The sliding statistic's comparison at every offset inside ``r`` (n, D): the mean of
-    each ``n_after``-row window less the mean of the ``local`` rows just before it,
-    (n - local - n_after + 1, D); empty where ``r`` is too short."""
-    k = r.shape[0] - local - n_after + 1
-    if k < 1:
-        return np.zeros((0, r.shape[1]))
-    return _window_stats(r, n_after)[0][local:local + k] - _window_stats(r, local)[0][:k]
-
-
 @dataclass(frozen=True)
 class Reference:
     """What the detector learned on one before window, frozen. Arrays are per sensor
@@ -160,7 +151,7 @@ class Reference:
         rb = common.apply(rb / scale, robust=True)
         local = max(1, min(settings.local_level_rows, n_b - n_a - 1))
         level = rb[-local:].mean(axis=0)
-        null = _comparisons(rb, n_a, local)
+        null = sliding_comparisons(rb, n_a, local)
         spread = np.sqrt(np.mean(null ** 2, axis=0))
         log_var = np.log(np.maximum(_window_stats(rb, n_a)[1], 1e-12))
         return cls(columns=[str(c) for c in before.columns], weekly=settings.period,
@@ -205,7 +196,7 @@ class Reference:
         a span of time whose straddling offsets are left out (an open incident's own
         change). NaN where fewer offsets than ``after_rows`` are left."""
         n_a, local = max(2, int(after_rows)), max(1, int(local_rows))
-        null = _comparisons(self.residuals(before), n_a, local)
+        null = sliding_comparisons(self.residuals(before), n_a, local)
         if changed is not None and null.shape[0]:
             first = before.index[:null.shape[0]]
             last = before.index[local + n_a - 1:local + n_a - 1 + null.shape[0]]

@@ -553,15 +553,25 @@ def principal_directions(x: np.ndarray, modes: int) -> np.ndarray:
     return out
 
 
+def sliding_comparisons(r: np.ndarray, n_after: int, local: int) -> np.ndarray:
+    """Step 3's comparison at every offset inside ``r`` (..., n, D): the mean of each
+    ``n_after``-row stretch less the mean of the ``local`` rows just before it,
+    (..., n - local - n_after + 1, D), from one cumulative sum; empty where ``r`` is too
+    short. The sliding statistic's spread, and the frozen reference's
+    (:mod:`engine.live.reference`), are taken over these."""
+    k = r.shape[-2] - local - n_after + 1
+    if k < 1:
+        return np.zeros((*r.shape[:-2], 0, r.shape[-1]))
+    zeros = np.zeros((*r.shape[:-2], 1, r.shape[-1]))
+    csum = np.concatenate([zeros, np.cumsum(r, axis=-2)], axis=-2)
+    after_means = (csum[..., n_after:, :] - csum[..., :-n_after, :]) / n_after
+    level_means = (csum[..., local:, :] - csum[..., :-local, :]) / local
+    return after_means[..., local:local + k, :] - level_means[..., :k, :]
+
+
 def _level_shift_z_stacked(rb: np.ndarray, ra: np.ndarray, local: int) -> np.ndarray:
     """:func:`level_shift_z` of each window (``local`` already clipped): (T, D)."""
-    n_b, n_a = rb.shape[1], ra.shape[1]
-    zeros = np.zeros((rb.shape[0], 1, rb.shape[2]))
-    csum = np.concatenate([zeros, np.cumsum(rb, axis=1)], axis=1)
-    after_means = (csum[:, n_a:] - csum[:, :-n_a]) / n_a  # [t, i]: mean of rb[t, i:i+n_a]
-    level_means = (csum[:, local:] - csum[:, :-local]) / local
-    k = n_b - local - n_a + 1
-    null = after_means[:, local:local + k] - level_means[:, :k]  # (T, k, D)
+    null = sliding_comparisons(rb, ra.shape[1], local)  # (T, k, D)
     spread = np.sqrt(np.mean(null ** 2, axis=1))
     spread = np.where(spread > 1e-12, spread, np.inf)  # a flat sensor never counts
     return (ra.mean(axis=1) - rb[:, -local:].mean(axis=1)) / spread
