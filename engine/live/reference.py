@@ -207,12 +207,12 @@ class Reference:
 
     def recent_z(self, recent: pd.DataFrame, window: pd.DataFrame,
                  before: pd.DataFrame | None = None,
-                 changed: tuple[pd.Timestamp, pd.Timestamp] | None = None) -> np.ndarray:
+                 changed: tuple[pd.Timestamp, pd.Timestamp] | None = None,
+                 return_z: float = RETURN_Z) -> np.ndarray:
         """Per sensor (D,): the sliding statistic's ``z`` with the frozen model, (mean
         residual of ``window`` (n_a, D) - mean residual of ``recent`` (the before window's
-        last ``local_level`` rows)) / the spread; 0 where ``window`` is back nearer the
-        frozen level than ``recent`` was. The spread is the frozen one, or with the whole
-        current ``before`` window (n_b, D) given, the frozen one pooled with
+        last ``local_level`` rows)) / the spread. The spread is the frozen one, or with the
+        whole current ``before`` window (n_b, D) given, the frozen one pooled with
         :meth:`current_spread` there, ``sqrt((frozen**2 + current**2) / 2)``, leaving out
         the offsets that straddle ``changed``.
 
@@ -220,8 +220,14 @@ class Reference:
         (every offset of the same comparison inside that window) holds the change's step,
         and its ``z`` collapses (issue 29: 152, then 14.9 five seconds later). The frozen
         spread was learned on normal data, so a second change while an incident is open
-        keeps its size. A return towards the reference is the repair the incident waits
-        for (:meth:`compare`), not a new change. But the frozen spread was learned on one
+        keeps its size, and so does a sensor's return to the reference: it has changed
+        against the window before it too (SKAB labels a valve's reopening as a change
+        point), and the sliding statistic, blind while the step is inside its spread,
+        misses it after a change shorter than the before window. A sensor counts 0 only
+        while it moves back towards the frozen level without being there yet (``|z|`` of
+        :meth:`compare` still at least ``return_z``): a slow, wobbly return then fires
+        once, when it is back, not at each wobble (:meth:`returning` says which sensors
+        came back). But the frozen spread was learned on one
         before window, from a handful of independent comparisons: where a sensor's slow
         wander has grown since (SKAB's accelerometers over an hour of normal operation),
         the frozen spread alone made ``z`` large at window after window, and the
@@ -239,8 +245,9 @@ class Reference:
         >>> z = ref.recent_z(x.iloc[279:300], x.iloc[300:315])
         >>> bool(z[1] > 10 and np.abs(np.delete(z, 1)).max() < 2)
         True
-        >>> float(ref.recent_z(x.iloc[300:321], x.iloc[100:115])[1])  # b back: no change
-        0.0
+        >>> back = ref.recent_z(x.iloc[300:321], x.iloc[100:115])  # b back: a change
+        >>> bool(back[1] < -10), bool(ref.returning(x.iloc[300:321], x.iloc[100:115])[1])
+        (True, True)
         """
         now = self.residuals(window).mean(axis=0)
         then = self.residuals(recent).mean(axis=0)
@@ -251,7 +258,23 @@ class Reference:
                               np.sqrt(0.5 * (spread ** 2 + current ** 2)), spread)
         z = (now - then) / spread
         away = np.abs(now - self.level) > np.abs(then - self.level)
-        return np.nan_to_num(np.where(away, z, 0.0))
+        return np.nan_to_num(np.where(away | self._back(now, return_z), z, 0.0))
+
+    def returning(self, recent: pd.DataFrame, window: pd.DataFrame,
+                  return_z: float = RETURN_Z) -> np.ndarray:
+        """Per sensor (D,), bool: whether ``window`` (n_a, D) is back at the reference
+        (``|z|`` of :meth:`compare` below ``return_z``) after ``recent`` (n_l, D) was
+        further from it: a return (a repair, a valve reopened), which :meth:`recent_z`
+        measures as any other change."""
+        now = self.residuals(window).mean(axis=0)
+        then = self.residuals(recent).mean(axis=0)
+        nearer = np.abs(now - self.level) < np.abs(then - self.level)
+        return np.asarray(nearer & self._back(now, return_z))
+
+    def _back(self, mean_residual: np.ndarray, return_z: float) -> np.ndarray:
+        """Per sensor (D,), bool: a window of this mean residual is back at the reference,
+        as :meth:`compare` and :meth:`ReferenceCheck.changed` count it."""
+        return np.asarray(np.abs(mean_residual - self.level) < return_z * self.spread)
 
     def expected(self, window: pd.DataFrame) -> pd.Series:
         """Each sensor's mean over ``window``'s rows as the frozen profile expects it, in

@@ -9,7 +9,9 @@ open incident's reference measures the after window against the before window's 
 ``local_level`` rows in its own units (:meth:`Reference.recent_z`). A sensor whose
 ``z**2`` reaches the level part's threshold makes the result ``firing``, with
 ``detection.fired_by`` ``reference`` (docs/decision.md, "A change inside an open
-incident").
+incident"). A sensor's return to the reference is such a change too (SKAB labels a
+valve's reopening as a change point); ``detection.reference.returning`` names the
+sensors that came back.
 
 It is the same comparison as the level part's, with the spread of the normal days
 pooled with the current before window's median-based spread (the incident's own change
@@ -36,12 +38,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ReferenceFiring:
-    """What an open incident's reference saw: the incident, the largest ``z**2`` and the
-    sensors whose ``z**2`` reached the threshold with their ``z``, strongest first."""
+    """What an open incident's reference saw: the incident, the largest ``z**2``, the
+    sensors whose ``z**2`` reached the threshold with their ``z``, strongest first, and
+    those of them that came back to the reference (a return: a repair, a valve
+    reopened)."""
 
     incident_id: str
     value: float
     z: dict[str, float]
+    returning: tuple[str, ...] = ()
 
 
 def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.DataFrame,
@@ -65,8 +70,22 @@ def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.Dat
             continue
         value = float(np.max(z ** 2))
         if best is None or value > best.value:
-            best = ReferenceFiring(incident_id, value, named)
+            back = reference.returning(recent, after)
+            returning = tuple(s for s in named if back[reference.columns.index(s)])
+            best = ReferenceFiring(incident_id, value, named, returning)
     return best
+
+
+def is_return(result: dict[str, Any], incident_id: str) -> bool:
+    """Whether ``result`` is a firing of ``incident_id``'s own reference on sensors that
+    all came back to it (``detection.reference.returning``): the repair the incident
+    waits for, which starts its resolution rather than holding it."""
+    detection = result.get("detection") or {}
+    block = detection.get("reference") or {}
+    returning = set(block.get("returning") or ())
+    named = set(block.get("z") or ())
+    return (detection.get("fired_by") == "reference" and block.get("incident") == incident_id
+            and bool(returning) and named <= returning)
 
 
 def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
@@ -83,7 +102,8 @@ def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
     detection["reference"] = {
         "incident": firing.incident_id, "value": finite(firing.value),
         "level_p_value": finite(level_p_value, 10),
-        "z": {name: finite(z, 4) for name, z in firing.z.items()}}
+        "z": {name: finite(z, 4) for name, z in firing.z.items()},
+        "returning": list(firing.returning)}
     result["test"]["p_value"] = finite(p_value, 10)
     named = list(firing.z)
     rows = result.get("sensors") or []

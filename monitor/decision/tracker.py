@@ -40,6 +40,7 @@ from monitor.decision.incidents import (
     mark_accepted,
     opened,
 )
+from monitor.decision.reference_firing import is_return
 
 if TYPE_CHECKING:
     from monitor.inspection import Inspector
@@ -255,8 +256,18 @@ class SiteTracker:
                 else:
                     current = nearest
             if event is None:
-                nxt, event, about = advance(current, result, self.incidents)
+                if is_return(result, current.id):
+                    # the repair the incident waits for: its resolution starts here, as at
+                    # a quiet result back at the reference, instead of waiting
+                    # resolve_after past the return's firing results
+                    back, current = self._back(current, t, read_window)
+                    nxt, event, about = advance(current, {**result, "status": "ok"},
+                                                self.incidents, back)
+                else:
+                    nxt, event, about = advance(current, result, self.incidents)
                 self._put(current.id, nxt)
+                if nxt is None and about is not None:
+                    self._closed(about, t)
             owner = current.id
         elif self.accepted and status == "ok":
             self.accepted = set()
@@ -339,8 +350,9 @@ class SiteTracker:
         weight = float(engine.get("weight") or 0.0) if engine.get("p_value") is not None \
             else 0.0
         mark_firing(result, firing, min(1.0, p_level / (1.0 - weight)), p_level)
-        log.info("incident %s: its reference sees a new change at %s on %s",
-                 firing.incident_id, iso(t), ", ".join(firing.z))
+        log.info("incident %s: its reference sees %s at %s on %s", firing.incident_id,
+                 "a return" if firing.returning else "a new change", iso(t),
+                 ", ".join(firing.z))
         return True
 
     def _changes(self) -> dict[str, tuple[pd.Timestamp, pd.Timestamp]]:

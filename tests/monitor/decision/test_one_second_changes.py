@@ -208,3 +208,38 @@ def test_a_later_span_replays_the_agent_from_the_data_start(tmp_path: Path) -> N
     # until the first change's incident opened at 10:12 (none joins while it is open)
     assert all(r["status"] in ("ok", "firing") for r in results)
     assert results[0]["detection"]["history_n"] > 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_return_three_minutes_after_the_change_is_seen(tmp_path: Path, seed: int) -> None:
+    """s03 drops and comes back three minutes later, its incident still open: the step is
+    inside the before window, whose spread it inflates, so the sliding statistic does not
+    see the return. The incident's frozen reference does, and names s03 returning (SKAB
+    labels a valve's reopening as a change point). Before, a return counted 0 against
+    the reference, and neither seed saw it."""
+    data, out = tmp_path / "pump.csv", tmp_path / "results.jsonl"
+    back = FIRST + pd.Timedelta(minutes=3)
+    # 20, not 15: at 15, seed 0's return stayed below the threshold of 302 (its first
+    # step's own z**2 peaked at 498)
+    _stream(data, seed, steps=[(FIRST, 2, -20.0), (back, 2, 20.0)])
+    assert main(["backfill", "--data", str(data), "--start", START.isoformat(),
+                 "--end", (START + pd.Timedelta(minutes=24)).isoformat(), *OPTIONS,
+                 "--out", str(out)]) == 0
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert _seen(results, FIRST, "s03") is not None
+    seen = _seen(results, back, "s03")
+    assert seen is not None
+    block = seen["detection"]
+    assert block["fired_by"] == "reference" and block["reference"]["returning"] == ["s03"]
+    assert block["reference"]["z"]["s03"] > 0 and block["p_value"] < block["level"]
+    # the firing a return raises is inside the incident the change opened, and starts
+    # its resolution, as a quiet result back at the reference would
+    incident = seen["incident"]
+    assert incident["id"] == _seen(results, FIRST, "s03")["incident"]["id"]
+    assert incident["returned_since"] == seen["inspection_time"]
+    resolved = [r["incident"] for r in results
+                if (r.get("incident") or {}).get("event") == "resolved"]
+    assert [(i["id"], i["reason"], i["returned_since"]) for i in resolved] == [
+        (incident["id"], "returned", seen["inspection_time"])]
+    check(seen)

@@ -56,12 +56,31 @@ def test_the_strongest_of_several_references_names_the_firing() -> None:
     assert firing is not None and firing.incident_id == "weak"
 
 
-def test_a_return_towards_the_reference_is_not_a_new_change() -> None:
-    """The repair an open incident waits for: e comes back to its frozen level."""
+def test_a_return_to_the_reference_is_a_change_and_is_named_returning() -> None:
+    """e away for 200 s, then back at its frozen level: the return is a change against
+    the window before it (SKAB labels a valve's reopening as a change point)."""
     x = _readings()
     ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
     x.loc[x.index[200]:x.index[299], "e"] -= 6.0  # away until row 300, then back
+    firing = reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0)
+    assert firing is not None and list(firing.z) == ["e"] and firing.z["e"] > 0
+    assert firing.returning == ("e",)
+    result = _ok_result(x)
+    mark_firing(result, firing, p_value=2e-4, level_p_value=1.3e-4)
+    assert result["detection"]["reference"]["returning"] == ["e"]
+
+
+def test_a_move_back_that_is_not_yet_back_is_not_a_change() -> None:
+    """e away by 12, then part of the way back (to 6 away, still beyond return_z): that
+    counts 0, so a slow, wobbly return fires once, when it is back, not at each step."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[200]:x.index[299], "e"] -= 12.0
+    x.loc[x.index[300]:, "e"] -= 6.0
     assert reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0) is None
+    x.loc[x.index[300]:, "e"] -= 12.0  # further away: a new change
+    firing = reference_firing([("inc-1", ref)], x.iloc[279:300], x.iloc[300:315], 30.0)
+    assert firing is not None and firing.returning == ()
 
 
 def test_mark_firing_turns_the_result_into_a_named_firing() -> None:
@@ -77,7 +96,7 @@ def test_mark_firing_turns_the_result_into_a_named_firing() -> None:
     assert block["fired_by"] == "reference" and block["p_value"] == 2e-4
     assert block["reference"]["incident"] == "inc-1"
     assert block["reference"]["level_p_value"] == 1.3e-4
-    assert set(block["reference"]["z"]) == {"e"}
+    assert set(block["reference"]["z"]) == {"e"} and block["reference"]["returning"] == []
     assert result["test"]["p_value"] == 2e-4
     assert result["selected_sensors"] == ["e"]
     assert [s["sensor_id"] for s in result["sensors"]] == ["e", "a", "b", "c", "d", "f"]
