@@ -77,7 +77,8 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
     """The result's one-line summary. ``fired_by`` "engine": the live decision's engine
     part fired (a change of the sensors' distribution on the residuals, which their
     expected-value line may not show), and the text says so; "reference": an open
-    incident's frozen reference saw a new change (monitor.decision.reference_firing)."""
+    incident's frozen reference saw a new change (monitor.decision.reference_firing);
+    "return": it saw its sensors come back to it."""
     when = _short_time(t)
     p = "n/a" if p_value is None else f"{p_value:.3g}"
     if status == "error":
@@ -88,7 +89,8 @@ def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],
         names = ", ".join(selected[:8]) + (f" and {len(selected) - 8} more"
                                            if len(selected) > 8 else "")
         kind, part = {"engine": ("Distribution change", ", engine part"),
-                      "reference": ("Change", ", against the open incident's reference")
+                      "reference": ("Change", ", against the open incident's reference"),
+                      "return": ("Return", ", back at the open incident's reference")
                       }.get(fired_by or "", ("Change", ""))
         text = (f"{kind} at {when} in {len(selected)} of {n_sensors} sensors: {names} "
                 f"(p={p}{part})")

@@ -120,4 +120,4 @@ def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
     result["summary"] = summarise(
         "firing", t, len(ordered), result["selected_sensors"], p_value,
         level=detection.get("level"), sensors=[s for s in scores if s is not None],
-        fired_by="reference")
+        fired_by="return" if set(named) <= set(firing.returning) else "reference")

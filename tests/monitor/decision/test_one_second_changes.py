@@ -233,6 +233,7 @@ def test_a_return_three_minutes_after_the_change_is_seen(tmp_path: Path, seed: i
     block = seen["detection"]
     assert block["fired_by"] == "reference" and block["reference"]["returning"] == ["s03"]
     assert block["reference"]["z"]["s03"] > 0 and block["p_value"] < block["level"]
+    assert seen["summary"].startswith("Return at") and "back at the open" in seen["summary"]
     # the firing a return raises is inside the incident the change opened, and starts
     # its resolution, as a quiet result back at the reference would
     incident = seen["incident"]

@@ -68,6 +68,8 @@ def test_a_return_to_the_reference_is_a_change_and_is_named_returning() -> None:
     result = _ok_result(x)
     mark_firing(result, firing, p_value=2e-4, level_p_value=1.3e-4)
     assert result["detection"]["reference"]["returning"] == ["e"]
+    assert result["summary"].startswith("Return at 2024-01-01T00:10Z in 1 of 6 sensors: e")
+    assert "back at the open incident's reference" in result["summary"]
 
 
 def test_a_move_back_that_is_not_yet_back_is_not_a_change() -> None:
