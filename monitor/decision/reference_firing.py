@@ -48,6 +48,11 @@ class ReferenceFiring:
     z: dict[str, float]
     returning: tuple[str, ...] = ()
 
+    @property
+    def returned(self) -> bool:
+        """Whether every named sensor came back to the reference: a return alone."""
+        return bool(self.returning) and set(self.z) <= set(self.returning)
+
 
 def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.DataFrame,
                      after: pd.DataFrame, threshold: float,
@@ -120,4 +125,4 @@ def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
     result["summary"] = summarise(
         "firing", t, len(ordered), result["selected_sensors"], p_value,
         level=detection.get("level"), sensors=[s for s in scores if s is not None],
-        fired_by="return" if set(named) <= set(firing.returning) else "reference")
+        fired_by="return" if firing.returned else "reference")

@@ -351,7 +351,7 @@ class SiteTracker:
             else 0.0
         mark_firing(result, firing, min(1.0, p_level / (1.0 - weight)), p_level)
         log.info("incident %s: its reference sees %s at %s on %s", firing.incident_id,
-                 "a return" if firing.returning else "a new change", iso(t),
+                 "a return" if firing.returned else "a new change", iso(t),
                  ", ".join(firing.z))
         return True
 
