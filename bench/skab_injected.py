@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="skab-injected-") as tmp:
         folder = Path(tmp)
         pieces = skab.normal_pieces(normal[0], folder, args.rows)
+        if not pieces:
+            log.error("%s is shorter than one piece of %d rows; pass a smaller --rows",
+                      normal[0].name, args.rows)
+            return 2
         sensors = [c for c in pd.read_csv(pieces[0][0], sep=";", nrows=1).columns
                    if c != "datetime"]
         jobs = []
