@@ -106,11 +106,16 @@ def main(argv: list[str] | None = None) -> int:
             points = pd.to_datetime(truth["datetime"])[truth["changepoint"] == 1].tolist()
             results = [json.loads(line) for line in out.read_text().splitlines() if line]
             rising = [t for t, firing, _ in skab.edges(results, points[0]) if firing]
-            return {**row, "sensor": sensor, "size": size,
-                    "change_seen": any(skab.in_window(t, points[0]) for t in rising),
-                    "return_seen": any(skab.in_window(t, points[1]) for t in rising),
+            seen = {"change_seen": any(skab.in_window(t, points[0]) for t in rising),
+                    "return_seen": any(skab.in_window(t, points[1]) for t in rising)}
+            log.info("%s: change seen %s, return seen %s, %s false positives (%.0f s)",
+                     path.stem, seen["change_seen"], seen["return_seen"],
+                     row["false_positives"], row["wall_s"])
+            return {**row, "sensor": sensor, "size": size, **seen,
                     "named_first": named_first(out, sensor)}
 
+        log.info("%d backfills: %d pieces x %d sensors x %d sizes", len(jobs), len(pieces),
+                 len(sensors), len(args.sizes))
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
             rows = list(pool.map(run, jobs))
     table = pd.DataFrame(rows)
