@@ -1,6 +1,7 @@
 """What a site's decisions remember between inspections: the calibration history of the
 detection statistic, the open incidents with their frozen references, and the memory of the
-last incident (the quarantine after it, the sensors an ack accepted). In memory; the agent
+last incident (the quarantine after it, the sensors an ack accepted, the history values
+the completed calibration sample left out). In memory; the agent
 persists all three in its state database with each result, ``backfill`` keeps them for
 one run.
 
@@ -14,7 +15,9 @@ stays below the alert level must not raise the threshold that would let it fire.
 history keeps out only the values that fired: one cleaned of the null's own largest
 values has too light a tail, and its thresholds fire too often (docs/decision.md,
 "Calibration history"). Without a daily profile, a calibrating value (no p-value yet)
-beyond the history's fence stays out too (:func:`beyond_fence`).
+beyond the history's fence stays out too (:func:`beyond_fence`), and so do the first
+values beyond the fence of the whole calibration sample, once it is complete
+(:meth:`SiteTracker._screen`).
 """
 from __future__ import annotations
 
@@ -87,6 +90,8 @@ class SiteTracker:
         self.open_incidents: list[Incident] = list(open_incidents)
         self.quarantine_until: datetime | None = None  # no history before this time
         self.accepted: set[str] = set()  # sensors that may not reopen until a quiet result
+        # history values the completed calibration sample left out (:meth:`_screen`)
+        self.left_out: set[datetime] = set()
         self.applied_acks: list[int] = []  # the acks the last observed result used up
         # the site's windows at the result being observed (or why there are none), built
         # once for its onset scan, a new frozen reference and each open incident's check
@@ -121,7 +126,8 @@ class SiteTracker:
         an incident nor lets the sliding window's change into the history."""
         return {"quarantine_until": None if self.quarantine_until is None
                 else iso(self.quarantine_until),
-                "accepted": sorted(self.accepted)}
+                "accepted": sorted(self.accepted),
+                "left_out": [iso(th) for th in sorted(self.left_out)]}
 
     def restore(self, memory: dict[str, Any] | None) -> None:
         """Take back what :meth:`memory` saved (None or ``{}``: nothing to remember)."""
@@ -129,6 +135,7 @@ class SiteTracker:
         until = memory.get("quarantine_until")
         self.quarantine_until = None if until is None else parse_time(until)
         self.accepted = set(memory.get("accepted") or ())
+        self.left_out = {parse_time(th) for th in memory.get("left_out") or ()}
 
     def history_at(self, t: datetime) -> np.ndarray:
         """Values whose after window ended by ``t`` and that lie within the history span:
@@ -143,7 +150,8 @@ class SiteTracker:
     def _history_times(self, t: datetime) -> list[datetime]:
         after = self.inspector.spec.after
         span = self.inspector.decision.calibration.history
-        return sorted(th for th in self.history if th + after <= t and th >= t - span)
+        return sorted(th for th in self.history
+                      if th + after <= t and th >= t - span and th not in self.left_out)
 
     def observe(self, result: dict[str, Any], read_window: ReadWindow | None = None,
                 acks: Sequence[Ack] = (), windows: Windows | None = None
@@ -177,10 +185,37 @@ class SiteTracker:
             kept = (float(value), None if engine_value is None else float(engine_value))
             self.history[t] = kept
             self._trim(t)
+            self._screen(t)
         attach(result, event, about)
         if len(self.open_incidents) > 1:
             result["open_incidents"] = [i.to_dict() for i in self.open_incidents]
         return kept, event
+
+    def _screen(self, t: datetime) -> None:
+        """Without a daily profile: when the value just kept at ``t`` completes the
+        calibration sample (the ``min_count`` values the first alert waits for), leave
+        out those of its values above the fence drawn on them all (:func:`fence`).
+
+        Why: :func:`beyond_fence` screens a calibrating value from the
+        ``CALIBRATING_FENCE_FROM``-th on, so the first values are kept unscreened. A
+        recording that begins inside an excursion (a piece of SKAB's normal recording:
+        five of its first eight values 55-126, against 1-12 later) kept them, and they
+        held the thresholds at 1,000-10,000 for the rest of the file. Drawn on the whole
+        sample, the fence passes over a few such values."""
+        if self.inspector.decision.detector.period != "none":
+            return
+        span = self.inspector.decision.calibration.history
+        times = sorted(th for th in self.history if th >= t - span and th not in self.left_out)
+        if len(times) != self.inspector.decision.calibration.min_count:
+            return
+        values = np.array([self.history[th][0] for th in times], dtype=float)
+        limit = fence(values)
+        out = {th for th, v in zip(times, values, strict=True) if v > limit}
+        if out:
+            log.info("calibration: %d of its first %d values left out, above %.4g (the third "
+                     "quartile plus %g interquartile ranges)", len(out), len(times), limit,
+                     CALIBRATING_FENCE)
+            self.left_out |= out
 
     def _report_history(self, result: dict[str, Any], t: datetime) -> None:
         """The history's size and span in the result's detection block."""
@@ -494,6 +529,7 @@ class SiteTracker:
         horizon = t - self.inspector.decision.calibration.history - timedelta(days=1)
         for th in [th for th in self.history if th < horizon]:
             del self.history[th]
+        self.left_out = {th for th in self.left_out if th >= horizon}
 
     def backfill(self, times: list[datetime], read_window: ReadWindow,
                  detect_many: DetectMany | None = None) -> int:
@@ -532,8 +568,14 @@ def beyond_fence(value: float, history: np.ndarray) -> bool:
     values = history[np.isfinite(history)]
     if values.size < CALIBRATING_FENCE_FROM:
         return False
-    q1, q3 = np.quantile(values, [0.25, 0.75])
-    return bool(value > q3 + CALIBRATING_FENCE * (q3 - q1))
+    return bool(value > fence(values))
+
+
+def fence(values: np.ndarray) -> float:
+    """The third quartile of ``values`` (n,) plus :data:`CALIBRATING_FENCE`
+    interquartile ranges (NaN left out)."""
+    q1, q3 = np.quantile(values[np.isfinite(values)], [0.25, 0.75])
+    return float(q3 + CALIBRATING_FENCE * (q3 - q1))
 
 
 def cached_reader(frame: pd.DataFrame) -> ReadWindow:

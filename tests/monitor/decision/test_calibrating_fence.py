@@ -64,3 +64,36 @@ def test_a_calibrating_value_beyond_the_fence(windows: dict[str, str], every: st
     kept, _ = tracker.observe(_calibrating(at, 40.0))  # far beyond 4 + 3 x 1
     assert (kept is None) is kept_out
     assert tracker.observe(_calibrating(at + step, 3.5))[0] == (3.5, 1.0)
+
+
+@pytest.mark.parametrize(("windows", "every", "screened"), [
+    ({"before": "5min", "after": "30s", "resample": "2s"}, "5s", True),  # no daily profile
+    ({}, "1h", False),  # the hourly defaults
+])
+def test_the_completed_calibration_sample_leaves_out_its_values_beyond_its_fence(
+        windows: dict[str, str], every: str, screened: bool) -> None:
+    """A recording that begins inside an excursion: its first five values (60-100) come
+    before any fence can be drawn (fewer than CALIBRATING_FENCE_FROM values), and are
+    kept. When the sample the first alert waits for is complete, the fence drawn on it
+    leaves them out; the tracker's memory keeps that across a restart."""
+    tracker = _tracker(windows, every)
+    step = timedelta(seconds=5 if every == "5s" else 3600)
+    needed = tracker.inspector.decision.calibration.min_count
+    rng = np.random.default_rng(0)
+    values = [60.0, 80.0, 100.0, 90.0, 70.0] + list(3.0 + rng.random(needed - 5))
+    at = T0
+    for value in values:
+        tracker.observe(_calibrating(at, float(value)))
+        at += step
+    assert len(tracker.history) == needed  # all were kept when they came
+    if screened:
+        kept = tracker.history_at(at + tracker.inspector.spec.after)[:, 0]
+        assert kept.size == needed - 5 and kept.max() < 4.0
+        assert sorted(tracker.left_out) == sorted(tracker.history)[:5]
+    else:  # the hourly defaults screen nothing
+        assert not tracker.left_out
+    restarted = _tracker(windows, every)
+    restarted.history = dict(tracker.history)
+    restarted.restore(tracker.memory())
+    later = at + tracker.inspector.spec.after
+    assert np.array_equal(restarted.history_at(later), tracker.history_at(later))
