@@ -249,8 +249,7 @@ class Reference:
         >>> bool(back[1] < -10), bool(ref.returning(x.iloc[300:321], x.iloc[100:115])[1])
         (True, True)
         """
-        now = self.residuals(window).mean(axis=0)
-        then = self.residuals(recent).mean(axis=0)
+        now, then = self._mean_residuals(window, recent)
         spread = self.spread
         if before is not None:
             current = self.current_spread(before, len(window), len(recent), changed)
@@ -266,10 +265,13 @@ class Reference:
         (``|z|`` of :meth:`compare` below ``return_z``) after ``recent`` (n_l, D) was
         further from it: a return (a repair, a valve reopened), which :meth:`recent_z`
         measures as any other change."""
-        now = self.residuals(window).mean(axis=0)
-        then = self.residuals(recent).mean(axis=0)
+        now, then = self._mean_residuals(window, recent)
         nearer = np.abs(now - self.level) < np.abs(then - self.level)
         return np.asarray(nearer & self._back(now, return_z))
+
+    def _mean_residuals(self, *windows: pd.DataFrame) -> list[np.ndarray]:
+        """Each window's mean scaled residual per sensor, (D,) each."""
+        return [self.residuals(w).mean(axis=0) for w in windows]
 
     def _back(self, mean_residual: np.ndarray, return_z: float) -> np.ndarray:
         """Per sensor (D,), bool: a window of this mean residual is back at the reference,

@@ -81,18 +81,6 @@ def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.Dat
     return best
 
 
-def is_return(result: dict[str, Any], incident_id: str) -> bool:
-    """Whether ``result`` is a firing of ``incident_id``'s own reference on sensors that
-    all came back to it (``detection.reference.returning``): the repair the incident
-    waits for, which starts its resolution rather than holding it."""
-    detection = result.get("detection") or {}
-    block = detection.get("reference") or {}
-    returning = set(block.get("returning") or ())
-    named = set(block.get("z") or ())
-    return (detection.get("fired_by") == "reference" and block.get("incident") == incident_id
-            and bool(returning) and named <= returning)
-
-
 def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
                 level_p_value: float) -> None:
     """Turn the ``ok`` result dict ``result`` into a firing one named by ``firing``:

@@ -43,9 +43,9 @@ from monitor.decision.incidents import (
     mark_accepted,
     opened,
 )
-from monitor.decision.reference_firing import is_return
 
 if TYPE_CHECKING:
+    from monitor.decision.reference_firing import ReferenceFiring
     from monitor.inspection import Inspector
     from monitor.storage.state import Ack, HistoryValue
     from monitor.windows import ReadWindow, Windows
@@ -265,9 +265,11 @@ class SiteTracker:
         event: str | None = None
         about: Incident | None = None
         owner: str | None = None
-        if (status == "ok" and self.open_incidents and read_window is not None
-                and self._fire_on_references(result, t, read_window)):
-            status = "firing"
+        by_reference = None
+        if status == "ok" and self.open_incidents and read_window is not None:
+            by_reference = self._fire_on_references(result, t, read_window)
+            if by_reference is not None:
+                status = "firing"
         if status == "firing":
             fired = fired_sensors(result)
             if not self.open_incidents:
@@ -291,7 +293,8 @@ class SiteTracker:
                 else:
                     current = nearest
             if event is None:
-                if is_return(result, current.id):
+                if (by_reference is not None and by_reference.returned
+                        and by_reference.incident_id == current.id):
                     # the repair the incident waits for: its resolution starts here, as at
                     # a quiet result back at the reference, instead of waiting
                     # resolve_after past the return's firing results
@@ -349,10 +352,11 @@ class SiteTracker:
         return closed
 
     def _fire_on_references(self, result: dict[str, Any], t: datetime,
-                            read_window: ReadWindow) -> bool:
-        """Whether an open incident's frozen reference sees a new change at the ``ok``
-        ``result`` (:mod:`monitor.decision.reference_firing`); if so the result becomes
-        ``firing``, named by the reference, at the level part's threshold and share."""
+                            read_window: ReadWindow) -> ReferenceFiring | None:
+        """What an open incident's frozen reference sees at the ``ok`` ``result``
+        (:mod:`monitor.decision.reference_firing`; None: nothing); where it sees a
+        change, the result becomes ``firing``, named by the reference, at the level
+        part's threshold and share."""
         from engine.live.calibration import TailFit
         from engine.live.reference import Reference
         from engine.live.residual_shift import DetectionError
@@ -364,7 +368,7 @@ class SiteTracker:
         references = [(i.id, Reference.from_dict(i.reference))
                       for i in self.open_incidents if i.reference]
         if threshold is None or not references:
-            return False
+            return None
         try:
             w = self._windows_at(t, read_window)
             n_b, n_a = len(w.before_raw), len(w.after_raw)
@@ -376,9 +380,9 @@ class SiteTracker:
         except (WindowError, DetectionError) as exc:
             log.warning("no check against the open incidents' references at %s (%s)",
                         iso(t), exc)
-            return False
+            return None
         if firing is None:
-            return False
+            return None
         p_level = TailFit.of(self.history_at(t)[:, 0]).pvalue(firing.value)
         engine = detection.get("engine") or {}
         # the level part's share: all of the level while the engine part cannot vote
@@ -388,7 +392,7 @@ class SiteTracker:
         log.info("incident %s: its reference sees %s at %s on %s", firing.incident_id,
                  "a return" if firing.returned else "a new change", iso(t),
                  ", ".join(firing.z))
-        return True
+        return firing
 
     def _changes(self) -> dict[str, tuple[pd.Timestamp, pd.Timestamp]]:
         """Each open incident's change: from its reference's end (or its onset's earliest
