@@ -224,10 +224,11 @@ class Reference:
         against the window before it too (SKAB labels a valve's reopening as a change
         point), and the sliding statistic, blind while the step is inside its spread,
         misses it after a change shorter than the before window. A sensor counts 0 only
-        while it moves back towards the frozen level without being there yet (``|z|`` of
-        :meth:`compare` still at least ``return_z``): a slow, wobbly return then fires
-        once, when it is back, not at each wobble (:meth:`returning` says which sensors
-        came back). But the frozen spread was learned on one
+        while it moves back towards the frozen level without being there yet (still at
+        least ``return_z`` spreads from it, in the spread ``z`` is measured in): a slow,
+        wobbly return then fires once, when it is back, not at each wobble
+        (:meth:`returning` says which sensors came back). But the frozen spread was
+        learned on one
         before window, from a handful of independent comparisons: where a sensor's slow
         wander has grown since (SKAB's accelerometers over an hour of normal operation),
         the frozen spread alone made ``z`` large at window after window, and the
@@ -250,33 +251,51 @@ class Reference:
         (True, True)
         """
         now, then = self._mean_residuals(window, recent)
-        spread = self.spread
-        if before is not None:
-            current = self.current_spread(before, len(window), len(recent), changed)
-            spread = np.where(np.isfinite(current),
-                              np.sqrt(0.5 * (spread ** 2 + current ** 2)), spread)
+        spread = self._pooled_spread(len(window), len(recent), before, changed)
         z = (now - then) / spread
         away = np.abs(now - self.level) > np.abs(then - self.level)
-        return np.nan_to_num(np.where(away | self._back(now, return_z), z, 0.0))
+        return np.nan_to_num(np.where(away | self._back(now, return_z, spread), z, 0.0))
 
     def returning(self, recent: pd.DataFrame, window: pd.DataFrame,
+                  before: pd.DataFrame | None = None,
+                  changed: tuple[pd.Timestamp, pd.Timestamp] | None = None,
                   return_z: float = RETURN_Z) -> np.ndarray:
         """Per sensor (D,), bool: whether ``window`` (n_a, D) is back at the reference
-        (``|z|`` of :meth:`compare` below ``return_z``) after ``recent`` (n_l, D) was
+        (within ``return_z`` spreads of the frozen level, in :meth:`recent_z`'s spread:
+        with ``before`` and ``changed``, the pooled one) after ``recent`` (n_l, D) was
         further from it: a return (a repair, a valve reopened), which :meth:`recent_z`
-        measures as any other change."""
+        measures as any other change.
+
+        Why the pooled spread: a sensor's slow wander leaves it a little off its frozen
+        level after a return (SKAB's accelerometer, 3.4-3.9 frozen spreads after a block
+        of 16 standard deviations), where the spread that measured its change counts it
+        back."""
         now, then = self._mean_residuals(window, recent)
+        spread = self._pooled_spread(len(window), len(recent), before, changed)
         nearer = np.abs(now - self.level) < np.abs(then - self.level)
-        return np.asarray(nearer & self._back(now, return_z))
+        return np.asarray(nearer & self._back(now, return_z, spread))
+
+    def _pooled_spread(self, after_rows: int, local_rows: int, before: pd.DataFrame | None,
+                       changed: tuple[pd.Timestamp, pd.Timestamp] | None) -> np.ndarray:
+        """Per sensor (D,): the frozen spread, pooled with :meth:`current_spread` on
+        ``before`` where it is given and finite."""
+        if before is None:
+            return self.spread
+        current = self.current_spread(before, after_rows, local_rows, changed)
+        return np.where(np.isfinite(current),
+                        np.sqrt(0.5 * (self.spread ** 2 + current ** 2)), self.spread)
 
     def _mean_residuals(self, *windows: pd.DataFrame) -> list[np.ndarray]:
         """Each window's mean scaled residual per sensor, (D,) each."""
         return [self.residuals(w).mean(axis=0) for w in windows]
 
-    def _back(self, mean_residual: np.ndarray, return_z: float) -> np.ndarray:
-        """Per sensor (D,), bool: a window of this mean residual is back at the reference,
-        as :meth:`compare` and :meth:`ReferenceCheck.changed` count it."""
-        return np.asarray(np.abs(mean_residual - self.level) < return_z * self.spread)
+    def _back(self, mean_residual: np.ndarray, return_z: float,
+              spread: np.ndarray | None = None) -> np.ndarray:
+        """Per sensor (D,), bool: a window of this mean residual is within ``return_z``
+        ``spread`` (D,) of the frozen level; by default the frozen spread, as
+        :meth:`compare` and :meth:`ReferenceCheck.changed` count it back."""
+        spread = self.spread if spread is None else spread
+        return np.asarray(np.abs(mean_residual - self.level) < return_z * spread)
 
     def expected(self, window: pd.DataFrame) -> pd.Series:
         """Each sensor's mean over ``window``'s rows as the frozen profile expects it, in

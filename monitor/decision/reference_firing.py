@@ -7,7 +7,8 @@ An open incident keeps the detector's model of normal (:class:`engine.live.refer
 Reference`), learned before its onset. At a result the calibrated rule judged ``ok``, each
 open incident's reference measures the after window against the before window's latest
 ``local_level`` rows in its own units (:meth:`Reference.recent_z`). A sensor whose
-``z**2`` reaches the level part's threshold makes the result ``firing``, with
+``z**2`` reaches the level part's threshold, drawn on the level history without the
+values that held the incident's own change, makes the result ``firing``, with
 ``detection.fired_by`` ``reference`` (docs/decision.md, "A change inside an open
 incident"). A sensor's return to the reference is such a change too (SKAB labels a
 valve's reopening as a change point); ``detection.reference.returning`` names the
@@ -15,12 +16,12 @@ sensors that came back.
 
 It is the same comparison as the level part's, with the spread of the normal days
 pooled with the current before window's median-based spread (the incident's own change
-left out: ``changes``), and at the same threshold and share of the level; it only runs
-while an incident is open, and a result it fires never joins the calibration history.
+left out: ``changes``), and at the same share of the level; it only runs while an
+incident is open, and a result it fires never joins the calibration history.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,14 +40,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ReferenceFiring:
     """What an open incident's reference saw: the incident, the largest ``z**2``, the
-    sensors whose ``z**2`` reached the threshold with their ``z``, strongest first, and
-    those of them that came back to the reference (a return: a repair, a valve
-    reopened)."""
+    sensors whose ``z**2`` reached the threshold with their ``z``, strongest first, those
+    of them that came back to the reference (a return: a repair, a valve reopened), and
+    the threshold they reached."""
 
     incident_id: str
     value: float
     z: dict[str, float]
     returning: tuple[str, ...] = ()
+    threshold: float | None = None
 
     @property
     def returned(self) -> bool:
@@ -55,29 +57,38 @@ class ReferenceFiring:
 
 
 def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.DataFrame,
-                     after: pd.DataFrame, threshold: float,
+                     after: pd.DataFrame, threshold: float | Mapping[str, float],
                      before: pd.DataFrame | None = None,
-                     changes: dict[str, tuple[pd.Timestamp, pd.Timestamp]] | None = None
+                     changes: dict[str, tuple[pd.Timestamp, pd.Timestamp]] | None = None,
+                     own: Mapping[str, Collection[str]] | None = None
                      ) -> ReferenceFiring | None:
     """The strongest firing among the open incidents' ``references`` ((incident id,
     reference), oldest first), or None when no sensor's ``z**2`` reaches ``threshold``.
-    ``recent``: the before window's last ``local_level`` rows (n_l, D); ``after`` (n_a,
-    D): raw resampled readings; ``before``: the whole before window (n_b, D), whose
-    median-based spread is pooled with each frozen one (:meth:`Reference.recent_z`);
-    ``changes``: each incident's own change (incident id -> (from, to)), whose straddling
-    offsets its reference leaves out of that spread."""
+    ``threshold``: one for every reference, or each incident's own (incident id ->
+    threshold). ``recent``: the before window's last ``local_level`` rows (n_l, D);
+    ``after`` (n_a, D): raw resampled readings; ``before``: the whole before window (n_b,
+    D), whose median-based spread is pooled with each frozen one
+    (:meth:`Reference.recent_z`); ``changes``: each incident's own change (incident id ->
+    (from, to)), whose straddling offsets its reference leaves out of that spread;
+    ``own``: each incident's sensors that fired for its change, which count 0 while
+    ``recent`` begins before that change's end: their comparison then straddles the
+    incident's own step and measures it again, not a new change."""
     best: ReferenceFiring | None = None
     for incident_id, reference in references:
-        z = reference.recent_z(recent, after, before, (changes or {}).get(incident_id))
+        change = (changes or {}).get(incident_id)
+        z = reference.recent_z(recent, after, before, change)
+        if change is not None and own and recent.index[0] < change[1]:
+            z = np.where(np.isin(reference.columns, list(own.get(incident_id, ()))), 0.0, z)
         order = np.argsort(-np.abs(z), kind="stable")
-        named = {reference.columns[i]: float(z[i]) for i in order if z[i] ** 2 >= threshold}
+        limit = threshold if isinstance(threshold, float | int) else threshold[incident_id]
+        named = {reference.columns[i]: float(z[i]) for i in order if z[i] ** 2 >= limit}
         if not named:
             continue
         value = float(np.max(z ** 2))
         if best is None or value > best.value:
-            back = reference.returning(recent, after)
+            back = reference.returning(recent, after, before, change)
             returning = tuple(s for s in named if back[reference.columns.index(s)])
-            best = ReferenceFiring(incident_id, value, named, returning)
+            best = ReferenceFiring(incident_id, value, named, returning, float(limit))
     return best
 
 
@@ -94,6 +105,7 @@ def mark_firing(result: dict[str, Any], firing: ReferenceFiring, p_value: float,
     detection["p_value"] = finite(p_value, 10)
     detection["reference"] = {
         "incident": firing.incident_id, "value": finite(firing.value),
+        "threshold": None if firing.threshold is None else finite(firing.threshold),
         "level_p_value": finite(level_p_value, 10),
         "z": {name: finite(z, 4) for name, z in firing.z.items()},
         "returning": list(firing.returning)}

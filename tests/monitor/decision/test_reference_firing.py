@@ -166,3 +166,59 @@ def test_too_few_comparisons_leave_the_frozen_spread_alone() -> None:
     everything = (x.index[0], x.index[-1])
     assert np.array_equal(ref.recent_z(recent, after, x.iloc[150:300], everything),
                           ref.recent_z(recent, after))
+
+
+def test_a_return_is_back_within_the_spread_its_change_is_measured_in() -> None:
+    """c's wander has grown since the reference (as SKAB's accelerometer after an hour),
+    and after ten units away it comes back 0.79 off its frozen level: more than 3 frozen
+    spreads (0.19 each), less than 3 of the pooled ones its ``z`` is measured in. Back,
+    and named returning."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    rows = np.arange(150, 400)
+    x.loc[x.index[150]:, "c"] += 2.0 * np.sin(2 * np.pi * rows / 50)  # a wander grown since
+    x.loc[x.index[260]:x.index[299], "c"] -= 10.0  # away for 80 s, then back
+    before, recent, after = x.iloc[150:300], x.iloc[279:300], x.iloc[300:315]
+    c = COLUMNS.index("c")
+    assert not ref.returning(recent, after)[c]  # the frozen spread alone: not back
+    assert ref.returning(recent, after, before)[c]
+    firing = reference_firing([("inc-1", ref)], recent, after, 30.0, before=before)
+    assert firing is not None and list(firing.z) == ["c"] and firing.returning == ("c",)
+
+
+def test_each_incident_is_judged_at_its_own_threshold() -> None:
+    """Thresholds by incident: the same step fires for the incident whose threshold it
+    reaches, and the firing (and its result block) carries that threshold."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[300]:, "e"] -= 6.0
+    recent, after = x.iloc[279:300], x.iloc[300:315]
+    references = [("old", ref), ("new", ref)]
+    assert reference_firing(references, recent, after, {"old": 1e6, "new": 1e6}) is None
+    firing = reference_firing(references, recent, after, {"old": 1e6, "new": 30.0})
+    assert firing is not None and firing.incident_id == "new" and firing.threshold == 30.0
+    result = _ok_result(x)
+    mark_firing(result, firing, p_value=2e-4, level_p_value=1.3e-4)
+    assert result["detection"]["reference"]["threshold"] == 30.0
+
+
+def test_the_incident_own_step_inside_the_recent_rows_is_not_a_new_change() -> None:
+    """e stepped at row 290, inside the recent rows (279-299) the after window is compared
+    with: its comparison holds the incident's own step again. e counts 0 there, while
+    another sensor's step in the same window is seen."""
+    x = _readings()
+    ref = Reference.fit(x.iloc[:150], after_rows=15, settings=SETTINGS)
+    x.loc[x.index[290]:, "e"] -= 12.0  # the incident's change
+    before, recent, after = x.iloc[150:300], x.iloc[279:300], x.iloc[300:315]
+    change = {"inc-1": (x.index[289], x.index[295])}
+    own = {"inc-1": ["e"]}
+    seen = reference_firing([("inc-1", ref)], recent, after, 30.0, before=before,
+                            changes=change)
+    assert seen is not None and list(seen.z) == ["e"]  # the own step, measured again
+    assert reference_firing([("inc-1", ref)], recent, after, 30.0, before=before,
+                            changes=change, own=own) is None
+    x.loc[x.index[300]:, "b"] += 6.0  # a new change on another sensor
+    after = x.iloc[300:315]
+    firing = reference_firing([("inc-1", ref)], recent, after, 30.0, before=before,
+                              changes=change, own=own)
+    assert firing is not None and list(firing.z) == ["b"]
