@@ -22,6 +22,7 @@ values beyond the fence of the whole calibration sample, once it is complete
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -375,9 +376,12 @@ class SiteTracker:
         weight = float(engine.get("weight") or 0.0) if engine.get("p_value") is not None \
             else 0.0
         fits = self._reference_fits(t)
-        limits = {i: float(threshold) if fit is None
-                  else fit.threshold(float(level) * (1.0 - weight))
-                  for i, fit in fits.items()}
+        limits: dict[str, float] = {}
+        for incident_id, fit in fits.items():
+            limit = math.inf if fit is None else fit.threshold(float(level) * (1.0 - weight))
+            if not math.isfinite(limit):  # its history cannot reach the level part's share
+                fits[incident_id], limit = None, float(threshold)
+            limits[incident_id] = limit
         try:
             w = self._windows_at(t, read_window)
             n_b, n_a = len(w.before_raw), len(w.after_raw)
@@ -405,7 +409,8 @@ class SiteTracker:
         """Each open incident's calibration at ``t`` for its reference: the level history
         without the values whose after window held the incident's change (inspections
         after its reference's end, up to its first firing). None where fewer values than
-        calibration waits for are left: the level part's threshold then stands.
+        calibration waits for are left: the level part's threshold then stands, as where
+        the values left cannot reach the level part's share of the level.
 
         Why: as a change grows towards the alert level, the results on its way are quiet,
         and their values join the history. On SKAB's one-second data a block of 8
