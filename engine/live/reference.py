@@ -250,11 +250,7 @@ class Reference:
         >>> bool(back[1] < -10), bool(ref.returning(x.iloc[300:321], x.iloc[100:115])[1])
         (True, True)
         """
-        now, then = self._mean_residuals(window, recent)
-        spread = self._pooled_spread(len(window), len(recent), before, changed)
-        z = (now - then) / spread
-        away = np.abs(now - self.level) > np.abs(then - self.level)
-        return np.nan_to_num(np.where(away | self._back(now, return_z, spread), z, 0.0))
+        return self.recent_change(recent, window, before, changed, return_z)[0]
 
     def returning(self, recent: pd.DataFrame, window: pd.DataFrame,
                   before: pd.DataFrame | None = None,
@@ -270,10 +266,22 @@ class Reference:
         level after a return (SKAB's accelerometer, 3.4-3.9 frozen spreads after a block
         of 16 standard deviations), where the spread that measured its change counts it
         back."""
+        return self.recent_change(recent, window, before, changed, return_z)[1]
+
+    def recent_change(self, recent: pd.DataFrame, window: pd.DataFrame,
+                      before: pd.DataFrame | None = None,
+                      changed: tuple[pd.Timestamp, pd.Timestamp] | None = None,
+                      return_z: float = RETURN_Z) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`recent_z` and :meth:`returning` together, (D,) each, from one pass over
+        the windows and one :meth:`current_spread` (the costly part: every offset of the
+        comparison inside ``before``)."""
         now, then = self._mean_residuals(window, recent)
         spread = self._pooled_spread(len(window), len(recent), before, changed)
+        back = self._back(now, return_z, spread)
+        z = (now - then) / spread
+        away = np.abs(now - self.level) > np.abs(then - self.level)
         nearer = np.abs(now - self.level) < np.abs(then - self.level)
-        return np.asarray(nearer & self._back(now, return_z, spread))
+        return np.nan_to_num(np.where(away | back, z, 0.0)), np.asarray(nearer & back)
 
     def _pooled_spread(self, after_rows: int, local_rows: int, before: pd.DataFrame | None,
                        changed: tuple[pd.Timestamp, pd.Timestamp] | None) -> np.ndarray:

@@ -76,7 +76,7 @@ def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.Dat
     best: ReferenceFiring | None = None
     for incident_id, reference in references:
         change = (changes or {}).get(incident_id)
-        z = reference.recent_z(recent, after, before, change)
+        z, back = reference.recent_change(recent, after, before, change)
         if change is not None and own and recent.index[0] < change[1]:
             z = np.where(np.isin(reference.columns, list(own.get(incident_id, ()))), 0.0, z)
         order = np.argsort(-np.abs(z), kind="stable")
@@ -86,7 +86,6 @@ def reference_firing(references: Sequence[tuple[str, Reference]], recent: pd.Dat
             continue
         value = float(np.max(z ** 2))
         if best is None or value > best.value:
-            back = reference.returning(recent, after, before, change)
             returning = tuple(s for s in named if back[reference.columns.index(s)])
             best = ReferenceFiring(incident_id, value, named, returning, float(limit))
     return best
