@@ -79,7 +79,11 @@ class TailFit:
         n = self.history.size
         if n == 0:
             return 1.0
-        at_least = n - int(np.searchsorted(self.history, value, side="left"))
+        return self._pvalue(value, n - int(np.searchsorted(self.history, value, side="left")))
+
+    def _pvalue(self, value: float, at_least: int) -> float:
+        """:meth:`pvalue` given how many history values are ``>= value``."""
+        n = self.history.size
         emp = (1 + at_least) / (n + 1)
         if value <= self.start or self.scale <= 0:
             return float(emp)
@@ -91,17 +95,23 @@ class TailFit:
         """The smallest value whose p-value is below ``level`` (inf when none is)."""
         if self.history.size == 0:
             return math.inf
-        lo = float(self.history[-1])
+        top = lo = float(self.history[-1])
+
+        def pvalue(value: float) -> float:
+            # the search looks above the history's largest value, where none is >= value
+            # (no search of the sorted history: a decision finds several thresholds)
+            return self._pvalue(value, 0) if value > top else self.pvalue(value)
+
         hi = max(lo, 1e-12) * 2.0
         for _ in range(200):  # the p-value falls with the value; find an upper bracket
-            if self.pvalue(hi) < level:
+            if pvalue(hi) < level:
                 break
             hi *= 2.0
         else:
             return math.inf
         for _ in range(60):
             mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if self.pvalue(mid) < level else (mid, hi)
+            lo, hi = (lo, mid) if pvalue(mid) < level else (mid, hi)
         return hi
 
 

@@ -137,6 +137,19 @@ def _slots(index: pd.DatetimeIndex, period: Period | bool) -> np.ndarray:
     return np.asarray(hour + 24 * (day_of_week >= 5), dtype=np.int64)
 
 
+def seconds_after(index: pd.DatetimeIndex, t: pd.Timestamp) -> np.ndarray:
+    """Each time of ``index`` less ``t``, in seconds, (n,): ``(index - t).total_seconds()``
+    to the bit (whole units of the index), in NumPy, where pandas' Timedelta index costs
+    ten times more at every inspection.
+
+    >>> idx = pd.date_range("2024-01-01 03:00", periods=3, freq="30min", tz="UTC")
+    >>> seconds_after(idx, pd.Timestamp("2024-01-01 02:00", tz="UTC")).tolist()
+    [3600.0, 5400.0, 7200.0]
+    """
+    unit = index.unit
+    return (index.asi8 - t.as_unit(unit).asm8.astype(np.int64)) / _PER_SECOND[unit]
+
+
 def _hour_slots(hours: np.ndarray, period: Period) -> np.ndarray:
     """The slot of each UTC hour counted from the epoch (any shape), "day" or "week"."""
     hour = hours % 24
@@ -167,8 +180,14 @@ def uncovered_slots(history_times: np.ndarray, offsets: np.ndarray, t: float,
     need = np.unique(slots_at(t + offsets, period))
     if not history_times.size:
         return int(need.size)
-    have = np.unique(slots_at(history_times[:, None] + offsets[None, :], period))
-    return int(np.setdiff1d(need, have, assume_unique=True).size)
+    # the slots repeat with the period (whole hours since the epoch): a history's times
+    # one period apart cover the same slots, so each phase is looked at once (a month's
+    # hourly history: 168 phases, not 700 times), as a mark per slot, not a set
+    repeat = 86400.0 if period == "day" else 7 * 86400.0
+    phases = np.unique(np.mod(np.asarray(history_times, dtype=float), repeat))
+    have = np.zeros(48, dtype=bool)
+    have[slots_at(phases[:, None] + offsets[None, :], period).ravel()] = True
+    return int((~have[need]).sum())
 
 
 def _slot_means(x: np.ndarray, slots: np.ndarray, n_slots: int, fallback: np.ndarray

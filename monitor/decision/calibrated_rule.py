@@ -207,7 +207,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     import numpy as np
 
     from engine.live.engine_power import combine
-    from engine.live.residual_shift import detect
+    from engine.live.residual_shift import detect, seconds_after
 
     d = decision
     det = prepared.detection if prepared is not None else \
@@ -233,7 +233,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     # every call names the same channels: their z and what the change text states
     rows = partial(fill_sensor_rows, z=by_name(det.z), expected=expected,
                    z_spread=by_name(det.z_spread),
-                   spreads=w.spread.medians() if w.spread is not None else {},
+                   spread=w.spread,
                    z_cycle=by_name(det.z_cycle), cycles=by_name(det.cycle_factor))
     strength = det.evidence()
     evidence = [strength[s] for s in labels]  # the sensors' share of the statistic
@@ -263,7 +263,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     if hist.shape[1] > 2:
         # hours of the week the history has not seen (data that begin on a Monday, on
         # their first weekend): said, not acted on (docs/decision.md, "The first weekend")
-        offsets = (w.after_raw.index - w.t).total_seconds().to_numpy(dtype=float)
+        offsets = seconds_after(w.after_raw.index, w.t)
         block.extra["uncovered_slots"] = uncovered_slots(hist[:, 2], offsets, w.t.timestamp(),
                                                          d.detector.period)
     level_fit = TailFit.of(level_hist)  # sorted once, asked for a p-value and a threshold

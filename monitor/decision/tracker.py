@@ -145,15 +145,19 @@ class SiteTracker:
         inspection time of each (seconds since the epoch: which hours of the week the
         history has seen)."""
         times = self._history_times(t)
-        return np.array([(level, np.nan if engine is None else engine, th.timestamp())
-                         for th in times for level, engine in (self.history[th],)],
-                        dtype=float).reshape(-1, 3)
+        values = [self.history[th] for th in times]
+        # column by column: a backfill asks at every inspection, over a month of values
+        out = np.empty((len(times), 3), dtype=float)
+        out[:, 0] = [level for level, _ in values]
+        out[:, 1] = [np.nan if engine is None else engine for _, engine in values]
+        out[:, 2] = [th.timestamp() for th in times]
+        return out
 
     def _history_times(self, t: datetime) -> list[datetime]:
-        after = self.inspector.spec.after
-        span = self.inspector.decision.calibration.history
+        last = t - self.inspector.spec.after  # the after window ended by t
+        first = t - self.inspector.decision.calibration.history
         return sorted(th for th in self.history
-                      if th + after <= t and th >= t - span and th not in self.left_out)
+                      if first <= th <= last and th not in self.left_out)
 
     def observe(self, result: dict[str, Any], read_window: ReadWindow | None = None,
                 acks: Sequence[Ack] = (), windows: Windows | None = None
