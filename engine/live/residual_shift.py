@@ -516,8 +516,15 @@ def _slot_means_stacked(x: np.ndarray, slots: np.ndarray, n_slots: int,
     windows = np.arange(t)[:, None] * n_slots + slots  # (T, n)
     cells = (windows[:, :, None] * d + np.arange(d)).ravel()
     size = t * n_slots * d
-    sums = np.bincount(cells, np.where(finite, x, 0.0).ravel(), minlength=size)
-    counts = np.bincount(cells, finite.ravel().astype(float), minlength=size)
+    if finite.all():
+        # every value counts (the usual case): the counts are each window's rows per slot,
+        # one bincount over (window, slot), the same for every sensor
+        sums = np.bincount(cells, x.ravel(), minlength=size)
+        counts = np.broadcast_to(np.bincount(windows.ravel(), minlength=t * n_slots)
+                                 .astype(float).reshape(t, n_slots, 1), (t, n_slots, d))
+    else:
+        sums = np.bincount(cells, np.where(finite, x, 0.0).ravel(), minlength=size)
+        counts = np.bincount(cells, finite.ravel().astype(float), minlength=size)
     sums, counts = sums.reshape(t, n_slots, d), counts.reshape(t, n_slots, d)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(counts > 0, sums / counts, fallback)
