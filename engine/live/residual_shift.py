@@ -185,7 +185,7 @@ def uncovered_slots(history_times: np.ndarray, offsets: np.ndarray, t: float,
     # hourly history: 168 phases, not 700 times), as a mark per slot, not a set
     repeat = 86400.0 if period == "day" else 7 * 86400.0
     phases = np.unique(np.mod(np.asarray(history_times, dtype=float), repeat))
-    have = np.zeros(48, dtype=bool)
+    have = np.zeros(48, dtype=bool)  # "week": 24 weekday and 24 weekend hours
     have[slots_at(phases[:, None] + offsets[None, :], period).ravel()] = True
     return int((~have[need]).sum())
 
