@@ -20,7 +20,9 @@ window), so every case computes the days of history before its written times as 
   written times.
 
 ``inspections_per_s`` counts every inspection the process ran (written and replayed);
-``written_per_s`` the written ones alone (what the user asked for). Several ``--device``
+``written_per_s`` the written ones alone (what the user asked for). ``own_cpu_s`` is the
+process's own CPU time, the fits of its engine child left out: the bound on the rate
+where the fits take no time (a GPU). Several ``--device``
 values time each case on each (a GPU machine's CPU and GPU in one run, with the ratio to
 the first device). ``--baseline PATH``
 runs the same cases with another checkout (for example ``git worktree add /tmp/base
