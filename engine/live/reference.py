@@ -279,8 +279,8 @@ class Reference:
         spread = self._pooled_spread(len(window), len(recent), before, changed)
         back = self._back(now, return_z, spread)
         z = (now - then) / spread
-        away = np.abs(now - self.level) > np.abs(then - self.level)
-        nearer = np.abs(now - self.level) < np.abs(then - self.level)
+        off_now, off_then = np.abs(now - self.level), np.abs(then - self.level)
+        away, nearer = off_now > off_then, off_now < off_then
         return np.nan_to_num(np.where(away | back, z, 0.0)), np.asarray(nearer & back)
 
     def _pooled_spread(self, after_rows: int, local_rows: int, before: pd.DataFrame | None,

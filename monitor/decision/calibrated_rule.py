@@ -233,7 +233,7 @@ def decide_calibrated(result: InspectionResult, w: Windows, history: npt.ArrayLi
     # every call names the same channels: their z and what the change text states
     rows = partial(fill_sensor_rows, z=by_name(det.z), expected=expected,
                    z_spread=by_name(det.z_spread),
-                   spread=w.spread,
+                   spreads=w.spread.medians() if w.spread is not None else {},
                    z_cycle=by_name(det.z_cycle), cycles=by_name(det.cycle_factor))
     strength = det.evidence()
     evidence = [strength[s] for s in labels]  # the sensors' share of the statistic

@@ -10,7 +10,6 @@ from monitor.summary import format_change, format_cycle, format_deviation, forma
 if TYPE_CHECKING:
     import pandas as pd
 
-    from engine.live.residual_shift import SpreadChannels
     from monitor.windows import Windows
 
 _f = finite  # value -> rounded float, None when not finite
@@ -36,22 +35,21 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
                      z: dict[str, float] | None = None,
                      expected: dict[str, float] | None = None,
                      z_spread: dict[str, float] | None = None,
-                     spread: SpreadChannels | None = None,
+                     spreads: dict[str, tuple[float, float]] | None = None,
                      z_cycle: dict[str, float] | None = None,
                      cycles: dict[str, float] | None = None) -> None:
     """Fill ``sensors`` (ranked: score, then |z|, then name) and ``selected_sensors`` (the
     ``chosen`` ones, by rank). ``expected``: each sensor's expected after-window level,
     which its ``change`` text is stated against (else its before-window mean).
     ``z_spread``: the spread channel's weighted ``z`` of the sensors that have one;
-    ``spread``: their channels, whose median within-bin deviation before and after the
-    ``change`` text states where ``|z_spread|`` exceeds ``|z|`` (the spread, not the mean,
-    moved).
+    ``spreads``: their median within-bin deviation before and after, which the ``change``
+    text states where ``|z_spread|`` exceeds ``|z|`` (the spread, not the mean, moved).
     ``z_cycle``: the cycle channel's weighted ``z``; ``cycles``: each sensor's daily
     cycle after against its profile's, which the text states where ``|z_cycle|`` is the
     largest of the three."""
     z = z or {}
     z_spread = z_spread or {}
-    spreads = _SpreadMedians(spread)
+    spreads = spreads or {}
     z_cycle = z_cycle or {}
     cycles = cycles or {}
     order = sorted(range(len(labels)),
@@ -76,34 +74,17 @@ def fill_sensor_rows(result: InspectionResult, w: Windows, labels: list[str],
     result.selected_sensors = [s.sensor_id for s in rows if s.selected]
 
 
-class _SpreadMedians:
-    """The spread channels' medians before and after (:meth:`SpreadChannels.medians`),
-    computed at the first sensor whose text states its spread, and not at all for a
-    result whose texts state none (hourly data without spread channels, and 12 of a
-    33-sensor month's 816 results)."""
-
-    def __init__(self, spread: SpreadChannels | None) -> None:
-        self.spread = spread
-        self.names = frozenset(spread.names) if spread is not None else frozenset()
-        self._medians: dict[str, tuple[float, float]] | None = None
-
-    def of(self, name: str) -> tuple[float, float]:
-        if self._medians is None:
-            self._medians = self.spread.medians() if self.spread is not None else {}
-        return self._medians[name]
-
-
 def _change_text(name: str, rb: dict[str, float], ra: dict[str, float],
                  z: dict[str, float], expected: dict[str, float] | None,
-                 z_spread: dict[str, float], spreads: _SpreadMedians,
+                 z_spread: dict[str, float], spreads: dict[str, tuple[float, float]],
                  z_cycle: dict[str, float], cycles: dict[str, float]) -> str:
     """The sensor's change in words: of the channel with the largest ``|z|`` (its
     level, its within-bin spread or its daily cycle)."""
     level = abs(z.get(name, 0.0))
-    spread = abs(z_spread.get(name, 0.0)) if name in spreads.names else -1.0
+    spread = abs(z_spread.get(name, 0.0)) if name in spreads else -1.0
     cycle = abs(z_cycle.get(name, 0.0)) if name in cycles else -1.0
     if spread > level and spread >= cycle:
-        return format_spread(*spreads.of(name))
+        return format_spread(*spreads[name])
     if cycle > level:
         return format_cycle(cycles[name])
     if expected and name in expected:

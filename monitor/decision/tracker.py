@@ -379,7 +379,8 @@ class SiteTracker:
         # the level part's share: all of the level while the engine part cannot vote
         weight = float(engine.get("weight") or 0.0) if engine.get("p_value") is not None \
             else 0.0
-        fits = self._reference_fits(t)
+        changes = self._changes()
+        fits = self._reference_fits(t, changes)
         limits: dict[str, float] = {}
         for incident_id, fit in fits.items():
             limit = math.inf if fit is None else fit.threshold(float(level) * (1.0 - weight))
@@ -393,7 +394,7 @@ class SiteTracker:
                                n_b - n_a - 1))
             firing = reference_firing(references, w.before_raw.iloc[-local:], w.after_raw,
                                       limits, before=w.before_raw,
-                                      changes=self._changes(),
+                                      changes=changes,
                                       own={i.id: i.fired for i in self.open_incidents})
         except (WindowError, DetectionError) as exc:
             log.warning("no check against the open incidents' references at %s (%s)",
@@ -409,10 +410,13 @@ class SiteTracker:
                  ", ".join(firing.z))
         return firing
 
-    def _reference_fits(self, t: datetime) -> dict[str, TailFit | None]:
+    def _reference_fits(self, t: datetime,
+                        changes: dict[str, tuple[pd.Timestamp, pd.Timestamp]] | None = None
+                        ) -> dict[str, TailFit | None]:
         """Each open incident's calibration at ``t`` for its reference: the level history
         without the values whose after window held the incident's change (inspections
-        after its reference's end, up to its first firing). None where fewer values than
+        after its reference's end, up to its first firing; ``changes``: :meth:`_changes`,
+        where the caller has them). None where fewer values than
         calibration waits for are left: the level part's threshold then stands, as where
         the values left cannot reach the level part's share of the level.
 
@@ -427,7 +431,8 @@ class SiteTracker:
         after = self.inspector.spec.after
         times = self._history_times(t)
         fits: dict[str, TailFit | None] = {}
-        for incident_id, (since, end) in self._changes().items():
+        for incident_id, (since, end) in (self._changes() if changes is None
+                                          else changes).items():
             # after windows that ended past the change's start and began by the first
             # firing inspection (whose after window ends at ``end``)
             values = np.array([self.history[th][0] for th in times
