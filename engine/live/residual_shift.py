@@ -50,6 +50,14 @@ STATISTIC = "residual-top-k"
 #: how the level statistic's values are computed: a state that holds values of another
 #: version has its history computed again (monitor.fleet.sites.current_level_statistics)
 LEVEL_STATISTIC_VERSION = "residual-top-k, spread and cycle channels (issue 28)"
+#: the largest stack of before windows (T x n_b x D float64 values) one array program of
+#: :func:`detect_many` takes; a larger group is computed in stacks of this size, so that
+#: each step's temporaries stay near the processor's caches. A week's window at 300
+#: sensors (168 x 300) holds 0.4 MB: a backfill's first pass over 216 such windows took
+#: 1.9 s of level statistics in stacks of 4 MiB against 2.7 s in one stack of 216, and
+#: at 1,000 sensors 3.4 s against 7.9 s; 1-2 MiB were alike, 16 MiB 2.6 s; at 33
+#: sensors 1.15 s against 1.3 s (2026-12-07, a 2-core Xeon VM, 2 MiB of L2 a core)
+MAX_STACK_BYTES = 4 * 2**20
 #: the profile's slots (DetectorSettings.period)
 Period = Literal["week", "day", "none"]
 
@@ -365,9 +373,10 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
                 ) -> list[Detection | DetectionError]:
     """:func:`detect` of each ``(before, after)`` pair, or the :class:`DetectionError` it
     raises. Pairs of one shape (before rows, after rows, the same sensors) are computed as
-    one stacked array program, (T, n_b, D) and (T, n_a, D): a backfill's hundreds of
-    windows cost a few array operations, not hundreds of small ones. Each window's
-    numbers are its own alone (every step works along its own rows and sensors).
+    one stacked array program, (T, n_b, D) and (T, n_a, D), in stacks of at most
+    :data:`MAX_STACK_BYTES`: a backfill's hundreds of windows cost a few array
+    operations, not hundreds of small ones. Each window's numbers are its own alone
+    (every step works along its own rows and sensors), whatever the stack.
 
     >>> idx = pd.date_range("2024-01-01", periods=60, freq="h")
     >>> x = pd.DataFrame(np.random.default_rng(0).standard_normal((60, 4)), index=idx,
@@ -395,11 +404,14 @@ def detect_many(pairs: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
         spread = spreads[i]
         spread_names = spread.names if spread is not None else ()
         groups.setdefault((n_b, n_a, tuple(names), spread_names), []).append(i)
-    for members in groups.values():
-        stacked = _detect_stacked([pairs[i] for i in members], settings,
-                                  [spreads[i] for i in members])
-        for i, detection in zip(members, stacked, strict=True):
-            out[i] = detection
+    for (n_b, _, names, _), members in groups.items():
+        step = max(1, MAX_STACK_BYTES // (8 * n_b * max(1, len(names))))
+        for first in range(0, len(members), step):
+            part = members[first:first + step]
+            stacked = _detect_stacked([pairs[i] for i in part], settings,
+                                      [spreads[i] for i in part])
+            for i, detection in zip(part, stacked, strict=True):
+                out[i] = detection
     return [d for d in out if d is not None]
 
 

@@ -329,6 +329,33 @@ def test_spread_channels_in_a_batch_equal_one_at_a_time() -> None:
         pd.testing.assert_series_equal(got.z_spread, one.z_spread, check_exact=True)
 
 
+def test_stacks_bounded_by_bytes_equal_one_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group larger than MAX_STACK_BYTES is computed in several stacks: each pair's
+    detection is the one a single stack of all of them gives, to the bit, spread
+    channels included."""
+    import engine.live.residual_shift as rs
+
+    settings = DetectorSettings(local_level_rows=24)
+    cases = [_noisy_sensor_windows(seed) for seed in range(5)]
+    pairs, spreads = [(b, a) for b, a, _ in cases], [s for _, _, s in cases]
+    one_stack = rs.detect_many(pairs, settings, spreads)
+    n_b, d = cases[0][0].shape
+    calls: list[int] = []
+    stacked = rs._detect_stacked
+    monkeypatch.setattr(rs, "_detect_stacked",
+                        lambda p, *a: calls.append(len(p)) or stacked(p, *a))
+    monkeypatch.setattr(rs, "MAX_STACK_BYTES", 2 * 8 * n_b * d)  # two windows a stack
+    bounded = rs.detect_many(pairs, settings, spreads)
+    assert calls == [2, 2, 1]
+    for got, want in zip(bounded, one_stack, strict=True):
+        assert not isinstance(got, DetectionError) and not isinstance(want, DetectionError)
+        assert got.value == want.value
+        pd.testing.assert_series_equal(got.z, want.z, check_exact=True)
+        pd.testing.assert_series_equal(got.z_spread, want.z_spread, check_exact=True)
+        pd.testing.assert_frame_equal(got.after_residuals, want.after_residuals,
+                                      check_exact=True)
+
+
 @pytest.mark.parametrize(("shape", "modes"), [((4, 30, 60), 1), ((3, 20, 45), 2),
                                                ((3, 40, 33), 1)])
 def test_principal_directions_are_the_svds(shape: tuple[int, int, int], modes: int) -> None:
