@@ -53,10 +53,11 @@ LEVEL_STATISTIC_VERSION = "residual-top-k, spread and cycle channels (issue 28)"
 #: the largest stack of before windows (T x n_b x D float64 values) one array program of
 #: :func:`detect_many` takes; a larger group is computed in stacks of this size, so that
 #: each step's temporaries stay near the processor's caches. A week's window at 300
-#: sensors (168 x 300) holds 0.4 MB: a backfill's first pass over 216 such windows took
-#: 1.9 s of level statistics in stacks of 4 MiB against 2.7 s in one stack of 216, and
-#: at 1,000 sensors 3.4 s against 7.9 s; 1-2 MiB were alike, 16 MiB 2.6 s; at 33
-#: sensors 1.15 s against 1.3 s (2026-12-07, a 2-core Xeon VM, 2 MiB of L2 a core)
+#: sensors (168 x 300) holds 0.4 MB: the level statistics of a backfill's 216 such windows
+#: took 1.9 s in stacks of 4 MiB against 2.7 s in stacks of a whole chunk of the backfill
+#: (up to 168 windows), and at 1,000 sensors 3.4 s against 7.9 s; 1-2 MiB were alike,
+#: 16 MiB 2.6 s; at 33 sensors 1.15 s against 1.3 s (2026-12-07, a 2-core Xeon VM, 2 MiB
+#: of L2 cache a core)
 MAX_STACK_BYTES = 4 * 2**20
 #: the profile's slots (DetectorSettings.period)
 Period = Literal["week", "day", "none"]
