@@ -42,4 +42,3 @@ def test_an_open_incident_reference_calibrates_without_its_change_own_values() -
     # too few values left: none
     tracker.history = {th: tracker.history[th] for th in times[50:]}
     assert tracker._reference_fits(t)["inc"] is None
-
