@@ -289,7 +289,57 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
                                    aggregate=aggregate)
 
     read.first_time = windows.first_time  # type: ignore[attr-defined]
+    read.watermark = windows.watermark  # type: ignore[attr-defined]
     return read, windows.close
+
+
+def _check_backfill_range(read: Any, inspector: Any, start: Any, end: Any) -> None:
+    """A backfill whose every window misses the site's data is refused (BadInput), with
+    the data's range; one whose first or last windows reach past the data's ends is
+    logged with the times whose results will be errors. Only where the source knows its
+    oldest and newest reading.
+
+    Why: a data file whose times carry an offset (``+03:00``) is read in UTC, as
+    ``--start`` without an offset is; such a run wrote an ``error`` result at each of its
+    241 inspections, each saying no more than that its window held no reading."""
+    import pandas as pd
+
+    try:
+        first, last = read.first_time(), read.watermark()
+    except Exception:  # the source cannot say: each result says it
+        log.debug("the source's range is not known", exc_info=True)
+        return
+    if first is None or last is None:
+        return
+    first, last = _utc(first), _utc(last)
+    before, after = pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
+    start, end = _utc(start), _utc(end)
+    span = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
+    if start - before > last or end + after < first:
+        raise BadInput(
+            f"{span}; no inspection from {start.isoformat()} to {end.isoformat()} has a "
+            f"window inside it (their windows reach from {(start - before).isoformat()} to "
+            f"{(end + after).isoformat()}); set --start and --end inside the data's range. "
+            "A time without an offset is read as UTC, in --start and --end as in the data: "
+            "give them the data's offset (such as 2020-03-09T16:16:30+03:00)")
+    if start + after < first:
+        log.warning("backfill: %s; inspections before %s have no reading in their windows "
+                    "and their results will be errors: start the backfill at %s or later "
+                    "for a full before window", span, (first - after).isoformat(),
+                    (first + before).isoformat())
+    if end - before > last:
+        log.warning("backfill: %s; inspections after %s have no reading in their windows "
+                    "and their results will be errors: end the backfill by %s for a full "
+                    "after window", span, (last + before).isoformat(),
+                    (last - after).isoformat())
+
+
+def _utc(t: Any) -> Any:
+    """``t`` as a pandas Timestamp in UTC (a naive one taken as UTC)."""
+    import pandas as pd
+
+    stamp = pd.Timestamp(t)
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
 
 
 def _check_publish(args: argparse.Namespace, config: Any = None) -> None:
@@ -602,8 +652,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     written = WrittenResults(keep=args.report is not None)
     out = sys.stdout
     try:
-        for c in configs:
+        for c, inspector in zip(configs, inspectors, strict=True):
             readers.append(_window_reader(c))
+            _check_backfill_range(readers[-1][0], inspector, start, end)
         if cluster is not None:
             from monitor.fleet.executors import ExecutorUnavailable, build_executor
 

@@ -165,6 +165,28 @@ def test_bad_input_exits_2(tmp_path):
     assert no_source.returncode == 2
 
 
+def test_a_backfill_outside_the_data_is_refused_with_the_datas_range(tmp_path):
+    """Every window outside the data (as when the data's times carry an offset and
+    --start has none): exit 2 with the data's range and the fix, not an error result at
+    each inspection. A range that only reaches past the data's end runs, and says which
+    inspections will have no reading."""
+    frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
+    path = tmp_path / "short.csv"
+    write_csv(frame, path)
+    out = mmdwatch("backfill", "--data", str(path), "--start", "2026-02-06",
+                   "--end", "2026-02-07", "--every", "1d")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "the data holds readings from 2026-01-05T00:00:00+00:00 to 2026-01-07T" in out.stderr
+    assert "give them the data's offset" in out.stderr
+    past = mmdwatch("backfill", "--data", str(path), "--start", "2026-01-07T12:00:00",
+                    "--end", "2026-01-16T12:00:00", "--every", "3d", "--out", str(tmp_path / "o.jsonl"))
+    assert past.returncode == 0, past.stderr
+    assert "inspections after 2026-01-14T" in past.stderr
+    assert "their results will be errors: end the backfill by 2026-01-07T07:50" in past.stderr
+    statuses = [json.loads(x)["status"] for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert statuses[-1] == "error"
+
+
 def _inspect_three_days(tmp_path, at: str) -> dict:
     """``mmdwatch inspect`` at ``at`` on 3 days of 4 simulated sensors from 2026-01-05."""
     frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
