@@ -14,6 +14,7 @@ as a :class:`StreamSource` it replays the rows in time order at ``speed`` times 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import Counter
@@ -27,6 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from connectors.base import ConnectorError, DeliverFn, Reading, StreamSource, WindowSource
 
 log = logging.getLogger(__name__)
+#: pandas' name for a column with an empty header: a row number written beside the data
+#: (``DataFrame.to_csv`` writes its index so), not a sensor
+UNNAMED_COLUMN = re.compile(r"Unnamed: \d+")
 
 _TIME_NAMES = ("time", "timestamp", "datetime", "date", "ts", "_time", "epoch")
 _VALUE_NAMES = ("value", "reading", "val", "measurement", "_value")
@@ -210,6 +214,13 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     kind, tcol, scol, vcol = detect_roles(raw, time_col=time_col, sensor_col=sensor_col,
                                           value_col=value_col, layout=layout)
     if kind == "wide":
+        unnamed = [c for c in raw.columns if c != tcol and UNNAMED_COLUMN.fullmatch(c)]
+        if unnamed:
+            # a counter read as a sensor rises in every window and fires on nothing
+            log.warning("%s: column(s) %s have no name in the header: taken as row numbers "
+                        "and left out; give a column a name to read it as a sensor", path,
+                        ", ".join(str(raw.columns.get_loc(c) + 1) for c in unnamed))
+            raw = raw.drop(columns=unnamed)
         # Sensor columns may be called anything, "value" and "sensor" included: melt
         # into names no column can have, then rename.
         long = raw.rename(columns={tcol: "\x00time"}).melt(

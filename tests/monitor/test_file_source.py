@@ -1,6 +1,7 @@
 """File source: long/wide, CSV/.gz/Parquet, roles from names or content, replay."""
 from __future__ import annotations
 
+import io
 import time
 
 import pandas as pd
@@ -145,6 +146,23 @@ def test_a_wrong_delimiter_names_the_fix(tmp_path):
     tabbed.write_text(SKAB_LIKE.replace(";", "\t"))
     assert len(read_readings(tabbed)) == 12
     assert len(FileSource(FileSourceConfig(path=path, delimiter=";")).frame()) == 12
+
+
+def test_a_column_without_a_name_is_a_row_number_not_a_sensor(tmp_path, caplog):
+    """A frame written with its index (``to_csv(index=True)``): the first column has an
+    empty header and counts rows. It is left out with a warning, not read as a sensor
+    that rises in every window; an unnamed column of times is still the time column."""
+    frame = pd.read_csv(io.StringIO(SKAB_LIKE), sep=";")
+    path = tmp_path / "indexed.csv"
+    frame.to_csv(path, sep=";", index=True)
+    with caplog.at_level("WARNING", logger="connectors.file"):
+        read = read_readings(path)
+    assert sorted(read["sensor"].unique()) == ["Accelerometer1RMS", "Current", "Pressure",
+                                               "Volume Flow RateRMS"]
+    assert "column(s) 1 have no name in the header" in caplog.text
+    timed = tmp_path / "timed.csv"
+    frame.set_index(pd.to_datetime(frame.pop("datetime")).rename(None)).to_csv(timed)
+    assert len(read_readings(timed)) == 12
 
 
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
