@@ -293,45 +293,66 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
     return read, windows.close
 
 
-def _check_backfill_range(read: Any, inspector: Any, start: Any, end: Any) -> None:
-    """A backfill whose every window misses the site's data is refused (BadInput), with
-    the data's range; one whose first or last windows reach past the data's ends is
-    logged with the times whose results will be errors. Only where the source knows its
-    oldest and newest reading.
+def _outside_the_data(read: Any, inspector: Any, start: Any, end: Any) -> str | None:
+    """Where no inspection from ``start`` to ``end`` has a window holding a reading of
+    ``read``'s source: what to say (the data's range and the fix); else None. Where the
+    source cannot tell its oldest and newest reading, None: each result says it.
 
-    Why: a data file whose times carry an offset (``+03:00``) is read in UTC, as
-    ``--start`` without an offset is; such a run wrote an ``error`` result at each of its
-    241 inspections, each saying no more than that its window held no reading."""
-    import pandas as pd
-
-    try:
-        first, last = read.first_time(), read.watermark()
-    except Exception:  # the source cannot say: each result says it
-        log.debug("the source's range is not known", exc_info=True)
-        return
-    if first is None or last is None:
-        return
-    first, last = _utc(first), _utc(last)
-    before, after = pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
+    Why: a data file whose times carry an offset (``+03:00``) is read in UTC, as ``--at``
+    or ``--start`` without an offset is; such a backfill wrote an ``error`` result at each
+    of its 241 inspections, each saying no more than that its window held no reading."""
+    span = _data_span(read)
+    if span is None:
+        return None
+    first, last = span
+    before, after = _window_lengths(inspector)
     start, end = _utc(start), _utc(end)
-    span = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
-    if start - before > last or end + after < first:
-        raise BadInput(
-            f"{span}; no inspection from {start.isoformat()} to {end.isoformat()} has a "
-            f"window inside it (their windows reach from {(start - before).isoformat()} to "
-            f"{(end + after).isoformat()}); set --start and --end inside the data's range. "
-            "A time without an offset is read as UTC, in --start and --end as in the data: "
-            "give them the data's offset (such as 2020-03-09T16:16:30+03:00)")
+    if start - before <= last and end + after >= first:
+        return None
+    return (f"the data holds readings from {first.isoformat()} to {last.isoformat()}, and "
+            f"no window from {(start - before).isoformat()} to {(end + after).isoformat()} "
+            "holds one; set the times inside the data's range. A time without an offset is "
+            "read as UTC, in the options as in the data: give the times the data's offset "
+            "(such as 2020-03-09T16:16:30+03:00)")
+
+
+def _warn_past_the_data(read: Any, inspector: Any, start: Any, end: Any) -> None:
+    """Log the inspections of a backfill whose windows lie wholly before the data's first
+    or after its last reading: their results will be errors."""
+    span = _data_span(read)
+    if span is None:
+        return
+    first, last = span
+    before, after = _window_lengths(inspector)
+    start, end = _utc(start), _utc(end)
+    held = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
     if start + after < first:
         log.warning("backfill: %s; inspections before %s have no reading in their windows "
                     "and their results will be errors: start the backfill at %s or later "
-                    "for a full before window", span, (first - after).isoformat(),
+                    "for a full before window", held, (first - after).isoformat(),
                     (first + before).isoformat())
     if end - before > last:
         log.warning("backfill: %s; inspections after %s have no reading in their windows "
                     "and their results will be errors: end the backfill by %s for a full "
-                    "after window", span, (last + before).isoformat(),
+                    "after window", held, (last + before).isoformat(),
                     (last - after).isoformat())
+
+
+def _data_span(read: Any) -> tuple[Any, Any] | None:
+    """(oldest, newest reading) of ``read``'s source in UTC, None where not known."""
+    try:
+        first, last = read.first_time(), read.watermark()
+    except Exception:  # the source cannot say: each result says it
+        log.debug("the source's range is not known", exc_info=True)
+        return None
+    return None if first is None or last is None else (_utc(first), _utc(last))
+
+
+def _window_lengths(inspector: Any) -> tuple[Any, Any]:
+    """(before, after) window lengths as pandas Timedeltas."""
+    import pandas as pd
+
+    return pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
 
 
 def _utc(t: Any) -> Any:
@@ -561,6 +582,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     publisher = close = None
     try:
         read, close = _window_reader(config)
+        outside = _outside_the_data(read, inspector, at, at)
+        if outside is not None:  # the result says no more than that its windows are empty
+            log.warning("inspect: %s", outside)
         publisher = _publisher(args, config)
         history = prepared = None
         if inspector.calibrated:
@@ -654,7 +678,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     try:
         for c, inspector in zip(configs, inspectors, strict=True):
             readers.append(_window_reader(c))
-            _check_backfill_range(readers[-1][0], inspector, start, end)
+            outside = _outside_the_data(readers[-1][0], inspector, start, end)
+            if outside is not None:
+                raise BadInput(outside)
+            _warn_past_the_data(readers[-1][0], inspector, start, end)
         if cluster is not None:
             from monitor.fleet.executors import ExecutorUnavailable, build_executor
 

@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,7 +178,7 @@ def test_a_backfill_outside_the_data_is_refused_with_the_datas_range(tmp_path):
                    "--end", "2026-02-07", "--every", "1d")
     assert out.returncode == 2 and out.stdout == ""
     assert "the data holds readings from 2026-01-05T00:00:00+00:00 to 2026-01-07T" in out.stderr
-    assert "give them the data's offset" in out.stderr
+    assert "give the times the data's offset" in out.stderr
     past = mmdwatch("backfill", "--data", str(path), "--start", "2026-01-07T12:00:00",
                     "--end", "2026-01-16T12:00:00", "--every", "3d", "--out", str(tmp_path / "o.jsonl"))
     assert past.returncode == 0, past.stderr
@@ -187,14 +188,15 @@ def test_a_backfill_outside_the_data_is_refused_with_the_datas_range(tmp_path):
     assert statuses[-1] == "error"
 
 
-def _inspect_three_days(tmp_path, at: str) -> dict:
-    """``mmdwatch inspect`` at ``at`` on 3 days of 4 simulated sensors from 2026-01-05."""
+def _inspect_three_days(tmp_path, at: str, with_stderr: bool = False) -> Any:
+    """``mmdwatch inspect`` at ``at`` on 3 days of 4 simulated sensors from 2026-01-05:
+    the result (and stderr, ``with_stderr``)."""
     frame, _ = simulate(Scenario(n_sensors=4, days=3, change_at=None))
     path = tmp_path / "short.csv"
     write_csv(frame, path)
     out = mmdwatch("inspect", "--data", str(path), "--at", at)
     assert out.returncode == 0
-    return json.loads(out.stdout)
+    return (json.loads(out.stdout), out.stderr) if with_stderr else json.loads(out.stdout)
 
 
 def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(tmp_path):
@@ -208,6 +210,8 @@ def test_an_inspection_whose_data_begins_inside_the_before_window_is_incomplete(
 
 
 def test_an_inspection_with_no_data_at_all_is_status_error(tmp_path):
-    result = _inspect_three_days(tmp_path, "2026-02-06T00:00:00")
+    """The result is an error (the result contract); stderr says the data's range."""
+    result, stderr = _inspect_three_days(tmp_path, "2026-02-06T00:00:00", with_stderr=True)
     assert result["status"] == "error" and "no readings between" in result["error"]
     assert result["summary"].startswith("Inspection at 2026-02-06T00:00Z failed")
+    assert "inspect: the data holds readings from 2026-01-05T00:00:00+00:00" in stderr
