@@ -51,6 +51,10 @@ class FileSourceConfig(BaseModel):
         None, min_length=1, max_length=1,
         description="CSV field separator; null = sniffed from the header (, ; tab |)")
     timezone: str = Field("UTC", description="zone of naive timestamps")
+    time_format: str | None = Field(
+        None, min_length=1,
+        description="strftime format of the times (e.g. '%d.%m.%Y %H:%M:%S'); null = ISO 8601 "
+                    "or epoch seconds")
     speed: float | None = Field(None, gt=0, description="replay speed factor; null = fastest")
     batch_size: int = Field(5000, ge=1, description="readings per delivered batch")
 
@@ -74,6 +78,27 @@ def sniff_delimiter(path: Path) -> str:
     counts = {d: header.count(d) for d in DELIMITERS}
     best = max(DELIMITERS, key=lambda d: counts[d])
     return best if counts[best] else ","
+
+
+#: a number written with a decimal comma: ``0,0547``, ``-12,5``, ``3,2e-05``
+DECIMAL_COMMA = re.compile(r"\s*[-+]?(\d+,\d*|,\d+)([eE][-+]?\d+)?\s*")
+
+
+def decimal_commas(raw: pd.DataFrame, sep: str) -> bool:
+    """Whether a CSV read with separator ``sep`` writes its numbers with decimal commas
+    (a spreadsheet's export in much of Europe: ``;`` between fields, ``,`` in numbers):
+    some text column nine tenths of whose first 200 values look like ``0,0547``. Never
+    with the separator ``,``, where such a cell would have been split."""
+    if sep == ",":
+        return False
+    for column in raw.columns:
+        values = raw[column].head(200).dropna()
+        if values.empty or pd.api.types.is_numeric_dtype(values):
+            continue
+        text = values.astype(str)
+        if text.map(lambda v: DECIMAL_COMMA.fullmatch(v) is not None).mean() >= 0.9:
+            return True
+    return False
 
 
 def _pick(columns: list[str], names: tuple[str, ...]) -> str | None:
@@ -155,7 +180,15 @@ def _mostly_numeric(column: pd.Series) -> bool:
     return bool(counts.to_numpy()[parsed.notna().to_numpy()].sum() >= 0.9 * len(present))
 
 
-def _parse_times(column: pd.Series, timezone: str) -> pd.Series:
+def _parse_times(column: pd.Series, timezone: str, time_format: str | None = None
+                 ) -> pd.Series:
+    if time_format is not None:
+        parsed = pd.to_datetime(column.astype(str), errors="coerce", format=time_format,
+                                utc=False)
+        if parsed.dt.tz is None:
+            return parsed.dt.tz_localize(timezone, ambiguous="NaT",
+                                         nonexistent="NaT").dt.tz_convert("UTC")
+        return parsed.dt.tz_convert("UTC")
     if pd.api.types.is_numeric_dtype(column):
         seconds = pd.to_numeric(column, errors="coerce").astype(float)
         if seconds.abs().median() > 1e11:  # epoch milliseconds
@@ -180,10 +213,15 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
                   time_col: str | None = None, sensor_col: str | None = None,
                   value_col: str | None = None, timezone: str = "UTC",
                   rejected: Counter[str] | None = None,
-                  delimiter: str | None = None) -> pd.DataFrame:
+                  delimiter: str | None = None,
+                  time_format: str | None = None) -> pd.DataFrame:
     """Read a file into a long frame ``time`` (UTC), ``sensor`` (str), ``value`` (float),
-    sorted by time. Rows with unparsable times or values are dropped and counted. A CSV's
-    separator is ``delimiter``, else sniffed from its header (:func:`sniff_delimiter`)."""
+    sorted by time. Rows with unparsable times or values are dropped and counted; a file
+    none of whose times parse is refused (:class:`ConnectorError` with a sample and the
+    fix). A CSV's separator is ``delimiter``, else sniffed from its header
+    (:func:`sniff_delimiter`); a CSV whose numbers are written with decimal commas
+    (``0,0547`` beside the separator ``;``) is read with them (:func:`decimal_commas`).
+    ``time_format``: the times' strftime format, where they are not ISO 8601."""
     path = Path(path)
     if not path.exists():
         raise ConnectorError(f"data file {path} does not exist; check the path")
@@ -201,6 +239,10 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
             # replayed through MQTT give the agent and a backfill the same bits
             # (tests/monitor/test_file_source.py checks it)
             raw = pd.read_csv(path, sep=sep)
+            if decimal_commas(raw, sep):
+                log.info("%s: numbers written with decimal commas (separator %r): read so",
+                         path, sep)
+                raw = pd.read_csv(path, sep=sep, decimal=",")
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None
@@ -229,9 +271,18 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     else:
         long = raw[[tcol, scol, vcol]].rename(columns={tcol: "time", scol: "sensor",
                                                        vcol: "value"})
-    long["time"] = _parse_times(long["time"], timezone)
+    times_read = long["time"]
+    long["time"] = _parse_times(times_read, timezone, time_format)
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
     bad_time = long["time"].isna()
+    if len(long) and bad_time[times_read.notna()].all():
+        sample = str(times_read.dropna().iloc[0]) if times_read.notna().any() else ""
+        how = (f"do not match time_format {time_format!r}" if time_format is not None
+               else "are not ISO 8601 times or epoch seconds")
+        raise ConnectorError(
+            f"{path}: none of the times in column {tcol!r} could be read: they {how} (the "
+            f"first is {sample[:40]!r}); write them as ISO 8601 (2020-03-09 16:16:30) or "
+            "name their format with time_format (or --time-format), e.g. '%d.%m.%Y %H:%M:%S'")
     bad_value = ~bad_time & ~np.isfinite(long["value"].to_numpy(dtype=float, na_value=np.nan))
     bad_sensor = long["sensor"].isna()
     if rejected is not None:
@@ -269,7 +320,8 @@ class FileSource(StreamSource, WindowSource):
                 self._frame = read_readings(
                     c.path, format=c.format, layout=c.layout, time_col=c.time_col,
                     sensor_col=c.sensor_col, value_col=c.value_col, timezone=c.timezone,
-                    rejected=self._rejected, delimiter=c.delimiter)
+                    rejected=self._rejected, delimiter=c.delimiter,
+                    time_format=c.time_format)
                 if self._rejected.total():
                     log.warning("%s: skipped rows: %s", c.path, dict(self._rejected))
             return self._frame

@@ -71,6 +71,9 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-col", help="name of the time column (--data)")
     p.add_argument("--delimiter", help="the CSV's field separator (--data; default: sniffed "
                    "from its header among , ; tab |)")
+    p.add_argument("--time-format", metavar="FMT",
+                   help="strftime format of the data's times (--data; default: ISO 8601 or "
+                   "epoch seconds), e.g. '%%d.%%m.%%Y %%H:%%M:%%S'")
     p.add_argument("--sensor-col", help="name of the sensor column (--data, long layout)")
     p.add_argument("--value-col", help="name of the value column (--data, long layout)")
     p.add_argument("--report", type=Path, metavar="DIR", help="also write a report here")
@@ -166,7 +169,7 @@ def _one_shot_config(args: argparse.Namespace) -> Any:
         raw["sinks"] = []
     else:
         source: dict[str, Any] = {"type": "file", "path": str(args.data)}
-        for key in ("time_col", "sensor_col", "value_col", "delimiter"):
+        for key in ("time_col", "sensor_col", "value_col", "delimiter", "time_format"):
             if getattr(args, key):
                 source[key] = getattr(args, key)
         raw = {"site": _site_from_path(args.data), "source": source, "sinks": []}

@@ -165,6 +165,40 @@ def test_a_column_without_a_name_is_a_row_number_not_a_sensor(tmp_path, caplog):
     assert len(read_readings(timed)) == 12
 
 
+def test_decimal_commas_beside_semicolons_are_read_as_numbers(tmp_path):
+    """A spreadsheet's European export: ';' between fields, ',' in numbers. Read as the
+    same numbers, not refused as text columns (whose hint would send the user to
+    sensor_col)."""
+    path = tmp_path / "komma.csv"
+    path.write_text(SKAB_LIKE.replace(".", ",").replace(
+        "datetime", "Zeit"))
+    frame = read_readings(path)
+    same = read_readings(_written(tmp_path / "dots.csv", SKAB_LIKE))
+    pd.testing.assert_frame_equal(frame, same)
+
+
+def test_times_in_another_format_are_refused_with_a_sample_or_read_with_their_format(
+        tmp_path):
+    """Day-first dotted dates are not ISO 8601: nothing is guessed (09.03 is March 9th or
+    September 3rd); the error names the column, a sample and time_format, and with the
+    format the file reads as its ISO twin."""
+    dotted = SKAB_LIKE.replace("2020-03-09", "09.03.2020")
+    path = _written(tmp_path / "dotted.csv", dotted)
+    with pytest.raises(ConnectorError, match=r"column 'datetime' could be read.*"
+                                             r"'09\.03\.2020 15:56:30'.*time_format"):
+        read_readings(path)
+    frame = read_readings(path, time_format="%d.%m.%Y %H:%M:%S")
+    pd.testing.assert_frame_equal(frame, read_readings(_written(tmp_path / "iso.csv",
+                                                                SKAB_LIKE)))
+    source = FileSource(FileSourceConfig(path=path, time_format="%d.%m.%Y %H:%M:%S"))
+    assert str(source.first_time()) == "2020-03-09 15:56:30+00:00"
+
+
+def _written(path, text: str):
+    path.write_text(text)
+    return path
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
