@@ -138,6 +138,9 @@ def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
     textual = [c for c in rest if c not in numeric]
     if layout == "auto":
         layout = "long" if (sensor_col or value_col or textual) else "wide"
+        if layout == "long" and not (sensor_col or value_col) and _text_beside_sensors(
+                frame[time_col], textual, numeric):
+            layout = "wide"  # its text columns are left out, with a warning (read_readings)
     if layout == "wide":
         if not numeric:
             raise ConnectorError(
@@ -161,6 +164,18 @@ def detect_roles(frame: pd.DataFrame, *, time_col: str | None = None,
                              f"{', '.join(c for c in rest if c != sensor_col)}; name it with "
                              "value_col (or --value-col)")
     return "long", time_col, sensor_col, value_col
+
+
+def _text_beside_sensors(times: pd.Series, textual: list[str], numeric: list[str]) -> bool:
+    """Whether a file with text columns is still wide: each row has a time of its own
+    (a long file repeats a time for each sensor), none of its text columns is named as a
+    sensor column, and it has several numeric columns none of which is named as a value
+    column. A state or note column beside the sensors (``valve: open``) made such a file
+    long, and the error then asked for a value column."""
+    first = times.head(1000).dropna()
+    return (bool(textual) and not first.empty and first.is_unique
+            and _pick(textual, _SENSOR_NAMES) is None and len(numeric) >= 2
+            and _pick(numeric, _VALUE_NAMES) is None)
 
 
 def _mostly_numeric(column: pd.Series) -> bool:
@@ -263,6 +278,11 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
                         "and left out; give a column a name to read it as a sensor", path,
                         ", ".join(str(raw.columns.get_loc(c) + 1) for c in unnamed))
             raw = raw.drop(columns=unnamed)
+        text = [c for c in raw.columns if c != tcol and not _mostly_numeric(raw[c])]
+        if text:
+            log.warning("%s: column(s) %s are not numbers: left out (a wide file's sensors "
+                        "are its numeric columns)", path, ", ".join(map(repr, text[:10])))
+            raw = raw.drop(columns=text)
         # Sensor columns may be called anything, "value" and "sensor" included: melt
         # into names no column can have, then rename.
         long = raw.rename(columns={tcol: "\x00time"}).melt(

@@ -199,6 +199,25 @@ def _written(path, text: str):
     return path
 
 
+def test_a_text_column_beside_the_sensors_is_left_out_of_a_wide_file(tmp_path, caplog):
+    """A state column (``open``/``shut``) beside numeric sensors, one row a time: still a
+    wide file, the text column left out with a warning naming it. A long file with two
+    measurements per station (times repeat) is not taken for one: its error asks which
+    column holds the values."""
+    stated = SKAB_LIKE.replace("\n", ";open\n").replace(
+        "Volume Flow RateRMS;open", "Volume Flow RateRMS;valve")
+    with caplog.at_level("WARNING", logger="connectors.file"):
+        frame = read_readings(_written(tmp_path / "stated.csv", stated))
+    assert sorted(frame["sensor"].unique()) == ["Accelerometer1RMS", "Current", "Pressure",
+                                                "Volume Flow RateRMS"]
+    assert "column(s) 'valve' are not numbers: left out" in caplog.text
+    stations = ("time,station,pressure,temperature\n"
+                "2024-01-01T00:00:00Z,a,1.0,20.0\n2024-01-01T00:00:00Z,b,2.0,21.0\n"
+                "2024-01-01T00:01:00Z,a,1.1,20.1\n2024-01-01T00:01:00Z,b,2.1,21.1\n")
+    with pytest.raises(ConnectorError, match="which column holds the values"):
+        read_readings(_written(tmp_path / "stations.csv", stations))
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
