@@ -59,6 +59,8 @@ class FileSourceConfig(BaseModel):
     batch_size: int = Field(5000, ge=1, description="readings per delivered batch")
 
 
+#: suffixes of spreadsheet files, which are not read (their bytes would be taken for text)
+SPREADSHEETS = (".xlsx", ".xlsm", ".xls", ".ods")
 #: separators a CSV's header is sniffed for, the first one wins a tie
 DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
 
@@ -240,6 +242,9 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     path = Path(path)
     if not path.exists():
         raise ConnectorError(f"data file {path} does not exist; check the path")
+    if path.suffix.lower() in SPREADSHEETS:
+        raise ConnectorError(f"{path} is a spreadsheet ({path.suffix}), which is not read: "
+                             "save it as CSV (or Parquet) and give that file")
     fmt = format
     if fmt == "auto":
         fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
@@ -265,6 +270,9 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
         raise ConnectorError(
             f"{path}: one column {str(raw.columns[0])[:80]!r} read with the separator "
             f"{sep!r}; name the file's separator with delimiter (or --delimiter), e.g. ';'")
+    if raw.empty:
+        raise ConnectorError(f"{path} has no rows of readings (columns: "
+                             f"{', '.join(map(str, raw.columns[:10]))}); check the file")
     if isinstance(raw.index, pd.DatetimeIndex):
         raw = raw.reset_index()
     raw.columns = [str(c) for c in raw.columns]

@@ -218,6 +218,17 @@ def test_a_text_column_beside_the_sensors_is_left_out_of_a_wide_file(tmp_path, c
         read_readings(_written(tmp_path / "stations.csv", stations))
 
 
+def test_a_spreadsheet_or_a_header_alone_is_refused_with_what_it_is(tmp_path):
+    """Neither is sent to the separator or the column options, which would not help."""
+    book = tmp_path / "readings.xlsx"
+    book.write_bytes(b"PK\x03\x04 a zip archive")
+    with pytest.raises(ConnectorError, match=r"spreadsheet \(\.xlsx\).*save it as CSV"):
+        read_readings(book)
+    header = _written(tmp_path / "header.csv", SKAB_LIKE.splitlines()[0] + "\n")
+    with pytest.raises(ConnectorError, match=r"no rows of readings \(columns: datetime, "):
+        read_readings(header)
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
