@@ -238,6 +238,7 @@ class GapWatch:
                     "end": _iso(max(h.end for h in found)),
                     "sensors": sorted({h.sensor for h in found}),
                     "missing_readings": sum(h.missing for h in found),
+                    "holes": len({(h.start, h.end) for h in found}),
                     "after_reconnect": any(h.after_reconnect for h in found),
                     "detected_at": _iso(now_wall)})
             for site in self._sites.values():
@@ -280,8 +281,13 @@ class GapWatch:
         named = ", ".join(sensors[:5]) + (f" and {len(sensors) - 5} more"
                                           if len(sensors) > 5 else "")
         if event["kind"] == "hole":
-            log.warning("data gap at site %s: %d sensor(s) (%s) without readings from %s to "
-                        "%s, about %d readings missing%s", event["site"], len(sensors), named,
+            # holes that settle together are one event: "without readings from start to
+            # end" holds for one span, not for many short ones spread over it (a replayed
+            # file of one-second readings that skips seconds: 100 spans in 20 minutes)
+            span = ("without readings from %s to %s" if event["holes"] == 1
+                    else f"{event['holes']} holes between %s and %s")
+            log.warning("data gap at site %s: %d sensor(s) (%s) " + span + ", about %d "
+                        "readings missing%s", event["site"], len(sensors), named,
                         event["start"], event["end"], event["missing_readings"],
                         " (after a reconnect of the source: the broker did not keep them; "
                         "see docs/mqtt.md \"Broker settings that matter\")"

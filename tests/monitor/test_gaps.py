@@ -62,12 +62,13 @@ def test_a_hole_after_a_reconnect_is_one_event_with_its_span(caplog):
     [event] = watch.check()
     assert event == {**event, "event": "data_gap", "kind": "hole", "site": "net",
                      "sensors": ["a", "b"], "after_reconnect": True,
-                     "missing_readings": 2 * 12}
+                     "missing_readings": 2 * 12, "holes": 1}
     assert event["start"] == "2023-11-14T23:08:20Z"  # the last reading before: T0 + 3300
     assert event["end"] == "2023-11-15T00:13:20Z"  # the first after: T0 + 7200
     assert sink.got == [event]
     assert metrics.snapshot()["data_gaps"] == {"hole": 1}
     assert "data gap at site net" in caplog.text and "after a reconnect" in caplog.text
+    assert "without readings from 2023-11-14T23:08:20Z to 2023-11-15T00:13:20Z" in caplog.text
 
 
 def test_one_missing_reading_shows_and_duplicates_do_not():
@@ -79,6 +80,19 @@ def test_one_missing_reading_shows_and_duplicates_do_not():
     watch.observe([Reading("a", T0 + 3000 + 300, 1.0)])  # T0 + 3000 never came
     [event] = watch.check()
     assert event["missing_readings"] == 1 and not event["after_reconnect"]
+    assert event["holes"] == 1
+
+
+def test_holes_at_different_times_in_one_event_are_counted_not_joined(caplog):
+    """A replayed file whose sensor skips readings now and then: the holes that settle in
+    one check are one event, and the log does not say the sensor was silent from the
+    first to the last."""
+    watch, _, _ = _watch()
+    batch = _readings(["a"], T0, T0 + 6000)
+    watch.observe([r for r in batch if r.time not in (T0 + 1500, T0 + 4500)])
+    [event] = watch.check()
+    assert (event["holes"], event["missing_readings"]) == (2, 2)
+    assert "2 holes between" in caplog.text and "without readings from" not in caplog.text
 
 
 def test_readings_that_come_late_fill_the_hole_before_it_is_published():
