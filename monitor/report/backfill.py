@@ -116,13 +116,25 @@ def _time_edges(times: list[datetime]) -> np.ndarray:
     return np.concatenate([[2 * centres[0] - mids[0]], mids, [2 * centres[-1] - mids[-1]]])
 
 
-def _axes(fig: Any, height: float) -> tuple[Any, Any]:
-    """Main axes and a colourbar slot at fixed inch margins (shared by both timelines)."""
+def _axes(fig: Any, height: float, left: float = _LEFT) -> tuple[Any, Any]:
+    """Main axes and a colourbar slot at inch margins (shared by both timelines, whose
+    ``left``, :func:`_left_margin`, is the same so that their time axes line up)."""
     w = _WIDTH
     bottom, top = _BOTTOM / height, 0.6 / height
-    main = fig.add_axes([_LEFT / w, bottom, 1 - (_LEFT + _RIGHT) / w, 1 - bottom - top])
+    main = fig.add_axes([left / w, bottom, 1 - (left + _RIGHT) / w, 1 - bottom - top])
     cax = fig.add_axes([1 - (_RIGHT - 0.2) / w, bottom, 0.18 / w, 1 - bottom - top])
     return main, cax
+
+
+def _left_margin(views: list[InspectionView]) -> float:
+    """Inches left of the timelines' axes: room for the heatmap's longest sensor id and
+    its axis label. A fixed 1.3 in cut SKAB's ids ("Volume Flow RateRMS") to their last
+    14 letters and hid the axis label."""
+    ids = {r.sensor_id for v in views for r in v.sensors}
+    if not ids:
+        return _LEFT
+    size = style.sensor_label_fontsize(len(ids))
+    return max(_LEFT, style.text_width_in(max(ids, key=len), size) + 0.55)
 
 
 def _date_axis(ax: Any, edges: np.ndarray) -> None:
@@ -169,7 +181,7 @@ def score_timeline(views: list[InspectionView]) -> Drawn:
 
     height = float(np.clip(2.0 + 0.16 * min(len(order), style.MAX_SENSOR_LABELS), 4.5, 19.0))
     fig = Figure(figsize=(_WIDTH, height), dpi=style.DPI)
-    ax, cax = _axes(fig, height)
+    ax, cax = _axes(fig, height, _left_margin(views))
     import matplotlib as mpl
 
     # Light grey cells: inspections that ended in error, sensors absent at that time.
@@ -244,7 +256,7 @@ def p_value_timeline(views: list[InspectionView]) -> Drawn:
     edges = _time_edges(times)
     height = 4.0
     fig = Figure(figsize=(_WIDTH, height), dpi=style.DPI)
-    ax, cax = _axes(fig, height)
+    ax, cax = _axes(fig, height, _left_margin(views))
     cax.set_visible(False)  # the slot keeps the x geometry equal to the heatmap's
     finite = np.isfinite(p) & (p > 0)
     floor = float(np.nanmin(p[finite])) / 3 if finite.any() else 1e-3

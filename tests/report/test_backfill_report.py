@@ -79,3 +79,26 @@ def test_single_inspection_backfill(tmp_path: Path) -> None:
     figs = {f["key"]: f for f in json.loads((folder / "report.json").read_text())["figures"]}
     assert figs["score_timeline"]["meta"]["inspections"] == 1
     assert_self_contained(folder)
+
+
+def test_long_sensor_ids_and_the_axis_label_fit_and_both_timelines_line_up() -> None:
+    """SKAB's ids ("Volume Flow RateRMS") were cut at the figure's left edge, and the axis
+    label with them; the p-value timeline keeps the heatmap's time axis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    results = example_backfill(n_sensors=5, days=6, change_day=4)
+    for result in results:
+        for row in result.get("sensors") or []:
+            row["sensor_id"] = f"Volume Flow RateRMS {row['sensor_id']}"
+        result["selected_sensors"] = [f"Volume Flow RateRMS {s}"
+                                      for s in result.get("selected_sensors") or []]
+    views = [InspectionView.from_result(r) for r in results]
+    heat, line = score_timeline(views).figure, p_value_timeline(views).figure
+    canvas = FigureCanvasAgg(heat)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = heat.axes[0]
+    texts = [*ax.get_yticklabels(), ax.yaxis.label]
+    assert all(t.get_window_extent(renderer).x0 >= 0 for t in texts)
+    assert heat.axes[0].get_position().x0 == line.axes[0].get_position().x0
+    assert heat.axes[0].get_position().x1 == line.axes[0].get_position().x1
