@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="one inspection; prints ONE result JSON on stdout")
     p.add_argument("--at", required=True, metavar="TIME", help="ISO 8601; naive = UTC")
+    p.add_argument("--every", metavar="DUR",
+                   help="the agent's inspection interval: its past times this far apart, "
+                   "aligned on --at, calibrate the one at --at (--data; default: the "
+                   "profile's schedule, 1h for live), e.g. 5s on one-second data")
     _add_inspection_options(p)
 
     p = sub.add_parser("backfill", help="inspections over a range; JSON lines; progress on "
@@ -221,17 +225,32 @@ def _finer_schedule(raw: dict[str, Any], args: argparse.Namespace) -> None:
     cadence on one-second data): the agent replayed is one inspecting every DUR (on
     ``--start``'s phase: :func:`_backfill_plan`), and the decision's durations derive from
     that cadence. A coarser ``--every`` keeps writing a subset of the schedule's times,
-    and a ``--config`` keeps its agent's schedule."""
+    and a ``--config`` keeps its agent's schedule. ``inspect --every DUR`` is the agent's
+    interval, finer or coarser: the history's past times are that far apart."""
     from connectors.timeutil import parse_duration
 
     every = getattr(args, "every", None)
-    if not every or args.config is not None or raw.get("schedule"):
+    if not every:
+        return
+    inspect = args.command == "inspect"
+    if args.config is not None:
+        if inspect:
+            raise BadInput("--every with --config: the agent's interval is the config's "
+                           "schedule; drop --every, or use --data")
+        return
+    if raw.get("schedule"):
         return
     try:
         step = parse_duration(every)
-    except ValueError:
+    except ValueError as exc:
+        if inspect:
+            raise BadInput(f"--every: {exc}") from None
         return  # cmd_backfill reports it
-    if _finer_than_the_profile(str(raw.get("profile", "live")), step):
+    if step.total_seconds() <= 0:
+        if inspect:
+            raise BadInput("--every must be positive, e.g. 5s")
+        return  # cmd_backfill reports it
+    if inspect or _finer_than_the_profile(str(raw.get("profile", "live")), step):
         raw["schedule"] = {"every": every}
 
 

@@ -217,3 +217,31 @@ def test_one_second_data_runs_with_four_options(tmp_path):
     calibrated = [r for r in results if r["status"] == "ok"]
     assert all(r["detection"]["p_floor"] == pytest.approx(
         1 / (r["detection"]["history_n"] + 1)) for r in calibrated)
+
+
+def test_inspect_takes_the_agents_interval_on_one_second_data(tmp_path):
+    """``inspect --every 5s``: the past times 5 s apart calibrate the one at --at, and the
+    decision's durations derive from that cadence; without it the profile's hourly
+    schedule left one-second data calibrating for a day. With --config it is refused."""
+    import json
+
+    wide = _seconds("2020-03-09T12:00:00", "2020-03-09T12:10:00").pivot(
+        index="time", columns="sensor", values="value")
+    wide.index = wide.index.tz_localize(None)
+    path = tmp_path / "pump.csv"
+    wide.rename_axis("datetime").to_csv(path, sep=";")
+    four = ["--resample", "2s", "--before", "5min", "--after", "30s"]
+    hourly = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00", *four)
+    assert json.loads(hourly.stdout)["status"] == "calibrating"
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00", *four,
+                   "--every", "5s")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] in ("ok", "firing"), result["summary"]
+    assert result["detection"]["history_n"] == 43  # 12:05:00 .. 12:08:30, 5 s apart
+    assert "decision.min_history 125s" in out.stderr
+    config = tmp_path / "c.yaml"
+    config.write_text(f"source: {{type: file, path: {path}}}\n")
+    refused = mmdwatch("inspect", "--config", str(config), "--at", "2020-03-09T12:09:00",
+                       "--every", "5s")
+    assert refused.returncode == 2 and "the agent's interval is the config's" in refused.stderr
