@@ -8,7 +8,9 @@ event on every sink that takes events (MQTT: ``<prefix>/<site>/status``, docs/mq
 
 ``hole``
     A sensor's readings resumed after a step longer than ``gaps.hole_factor`` (1.5) times
-    its own cadence (the shortest of its last few steps between readings). The span is
+    its own cadence (the shortest of its last few steps between readings), unless such
+    steps are the sensor's habit (5 % or more of its last 200: a one-second logger that
+    skips a second now and then, :data:`HABIT_SHARE`). The span is
     closed: from its last reading before to its first reading after. A hole waits 5 s
     (``settle_s``) for late readings before it is published: after a reconnect a broker may
     deliver what it had queued for the old session after what publishers sent since, and
@@ -54,6 +56,14 @@ log = logging.getLogger(__name__)
 
 
 _STEPS_KEPT = 4
+#: the steps (holes too) a sensor's habit is judged on, and the share of them at least as
+#: long as a step (less the hole factor's slack) that makes that step habitual, not a
+#: hole; judged once RECENT_FROM steps are known. SKAB's one-second logger skips a second
+#: in 6.6 % of its steps: each skip was a WARNING and an event, every 15 s, while a
+#: regular sensor's one lost reading is 1 step in 200, still a hole
+RECENT_KEPT = 200
+RECENT_FROM = 50
+HABIT_SHARE = 0.05
 
 
 def _iso(epoch_s: float) -> str:
@@ -75,6 +85,16 @@ class _Track:
     session: int | None
     steps: deque[float] = field(default_factory=lambda: deque(maxlen=_STEPS_KEPT))
     quiet: bool = False  # a `quiet` event was sent and the sensor has not spoken since
+    #: the last RECENT_KEPT steps, holes included: what the sensor habitually does
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_KEPT))
+
+    def habitual(self, step: float, factor: float) -> bool:
+        """Whether steps as long as ``step`` (from ``step / factor`` on) are at least
+        HABIT_SHARE of the sensor's recent ones: its logger's habit, not a loss."""
+        if len(self.recent) < RECENT_FROM:
+            return False
+        floor = step / factor
+        return sum(s >= floor for s in self.recent) >= HABIT_SHARE * len(self.recent)
 
 
 @dataclass(slots=True)
@@ -160,9 +180,13 @@ class GapWatch:
                     if step < 0:
                         self._fill((site, sensor), r.time)
                     continue
+                track.recent.append(step)
                 if len(track.steps) >= 2:
                     cadence = min(track.steps)
                     if step > self.hole_factor * cadence:
+                        if track.habitual(step, self.hole_factor):
+                            track.newest, track.session = r.time, session
+                            continue  # its logger's habit; not a cadence either
                         self._holes.setdefault((site, sensor), []).append(_Hole(
                             sensor, track.newest, r.time, cadence,
                             session is not None and session != track.session, now_mono))

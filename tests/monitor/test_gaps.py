@@ -95,6 +95,32 @@ def test_holes_at_different_times_in_one_event_are_counted_not_joined(caplog):
     assert "2 holes between" in caplog.text and "without readings from" not in caplog.text
 
 
+def test_a_logger_that_habitually_skips_a_reading_gives_holes_only_while_learning():
+    """One-second readings that skip a second in one step of 15 (SKAB's logger: 6.6 %):
+    once 50 steps are known, a skip is the sensor's habit, not a hole; a minute without
+    readings still is. A regular sensor's one lost reading in 200 steps still shows."""
+    watch, _, _ = _watch(interval_s=5.0)
+    t, batch = T0, []
+    for k in range(600):
+        t += 2.0 if k % 15 == 14 else 1.0
+        batch.append(Reading("a", t, 1.0))
+    watch.observe(batch)
+    [early] = watch.check()  # the skips among the first 50 steps
+    assert early["holes"] == 3
+    watch.observe([Reading("a", t + 1.0 + k, 1.0) for k in range(100) if k != 50])
+    assert watch.check() == []  # another skip: habitual
+    watch.observe([Reading("a", t + 160.0, 1.0)])  # a minute lost
+    [minute] = watch.check()
+    assert minute["missing_readings"] == 59 and minute["holes"] == 1
+
+    regular, _, _ = _watch()
+    regular.observe(_readings(["b"], T0, T0 + 300 * 200))
+    assert regular.check() == []
+    regular.observe([Reading("b", T0 + 300 * 201, 1.0)])  # T0 + 300 * 200 never came
+    [lost] = regular.check()
+    assert lost["missing_readings"] == 1
+
+
 def test_readings_that_come_late_fill_the_hole_before_it_is_published():
     mono = Clock(0.0)
     watch, sink, _ = _watch(mono=mono, settle_s=5.0)
