@@ -59,6 +59,8 @@ class FileSourceConfig(BaseModel):
     batch_size: int = Field(5000, ge=1, description="readings per delivered batch")
 
 
+#: the count of blank value cells (no reading, not a bad one) among ``rejected``'s keys
+EMPTY_VALUE = "empty_value"
 #: suffixes of spreadsheet files, which are not read (their bytes would be taken for text)
 SPREADSHEETS = (".xlsx", ".xlsm", ".xls", ".ods")
 #: separators a CSV's header is sniffed for, the first one wins a tie
@@ -301,6 +303,7 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
                                                        vcol: "value"})
     times_read = long["time"]
     long["time"] = _parse_times(times_read, timezone, time_format)
+    empty = long["value"].isna().to_numpy()  # a blank cell (or NaN): no reading there
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
     bad_time = long["time"].isna()
     if len(long) and bad_time[times_read.notna()].all():
@@ -315,7 +318,9 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     bad_sensor = long["sensor"].isna()
     if rejected is not None:
         rejected["bad_time"] += int(bad_time.sum())
-        rejected["bad_value"] += int(bad_value.sum())
+        # a wide file's sensors of another cadence leave most of their cells blank
+        rejected[EMPTY_VALUE] += int((bad_value & empty).sum())
+        rejected["bad_value"] += int((bad_value & ~empty).sum())
         rejected["missing_sensor"] += int((bad_sensor & ~bad_time & ~bad_value).sum())
     long = long[~(bad_time | bad_value | bad_sensor)].copy()
     long["sensor"] = long["sensor"].astype(str)
@@ -350,6 +355,9 @@ class FileSource(StreamSource, WindowSource):
                     sensor_col=c.sensor_col, value_col=c.value_col, timezone=c.timezone,
                     rejected=self._rejected, delimiter=c.delimiter,
                     time_format=c.time_format)
+                blank = self._rejected.pop(EMPTY_VALUE, 0)
+                if blank:  # not a fault of the file: no warning, not counted as rejected
+                    log.info("%s: %d blank value cell(s): no reading there", c.path, blank)
                 if self._rejected.total():
                     log.warning("%s: skipped rows: %s", c.path, dict(self._rejected))
             return self._frame

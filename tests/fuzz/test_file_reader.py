@@ -18,7 +18,7 @@ from connectors.base import ConnectorError
 from connectors.file import read_readings
 from tests.fuzz.budget import count, fuzz_settings
 
-REASONS = {"bad_time", "bad_value", "missing_sensor"}
+REASONS = {"bad_time", "bad_value", "empty_value", "missing_sensor"}
 TMP = Path(tempfile.mkdtemp(prefix="mmdwatch-fuzz-file-"))
 
 cells = st.one_of(

@@ -229,6 +229,26 @@ def test_a_spreadsheet_or_a_header_alone_is_refused_with_what_it_is(tmp_path):
         read_readings(header)
 
 
+def test_blank_cells_of_a_slower_sensor_are_no_readings_not_rejected_rows(tmp_path, caplog):
+    """A wide file whose temperature comes every 10 s beside one-second sensors leaves
+    nine cells in ten blank: no reading there, so no warning and no rejection counted (the
+    agent's metrics copy the source's); an unparsable cell still is both."""
+    times = pd.date_range("2020-03-09 16:00:00", periods=30, freq="1s")
+    frame = pd.DataFrame({"datetime": times.strftime("%Y-%m-%d %H:%M:%S"),
+                          "flow": [str(k) for k in range(30)],
+                          "temperature": [20.0 if k % 10 == 0 else None for k in range(30)]})
+    frame.loc[5, "flow"] = "ERR"
+    path = tmp_path / "mixed.csv"
+    frame.to_csv(path, sep=";", index=False)
+    source = FileSource(FileSourceConfig(path=path))
+    with caplog.at_level("INFO", logger="connectors.file"):
+        read = source.frame()
+    assert (read["sensor"] == "temperature").sum() == 3 and (read["sensor"] == "flow").sum() == 29
+    assert source.health()["rejected"] == {"bad_time": 0, "bad_value": 1, "missing_sensor": 0}
+    assert "27 blank value cell(s)" in caplog.text
+    assert "skipped rows: {'bad_time': 0, 'bad_value': 1" in caplog.text
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
