@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from connectors.timeutil import to_utc
+from connectors.timeutil import format_duration, to_utc
 from engine.live.residual_shift import SpreadChannels
 from monitor.names import NORMALISE, Normalise
 
@@ -605,14 +605,14 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     cover_a = dict(zip(sensors, seen_a.mean(axis=0) if sensors else [], strict=True))
     dropped: list[str] = []
     reasons: dict[str, str] = {}
-    for s in sensors:
+    for column, s in enumerate(sensors):
         low = [(w, c) for w, c in (("before", cover_b[s]), ("after", cover_a[s]))
                if c < spec.min_coverage]
         if low:
             dropped.append(s)
             reasons[s] = "; ".join(
                 f"{w} window has data in {c:.0%} of bins (needs {spec.min_coverage:.0%})"
-                for w, c in low)
+                for w, c in low) + _cadence_hint(seen_b[:, column], spec)
     kept = [s for s in sensors if s not in reasons]
     seen_before, seen_after = before, after  # every sensor's bins, for the hole check
     if dropped:
@@ -653,6 +653,23 @@ def _windows_from_bins(readings: pd.DataFrame, before: pd.DataFrame, after: pd.D
     return Windows(t=t, spec=spec, before_raw=before_raw, after_raw=after_raw,
                    before=before_n, after=after_n, data_quality=quality,
                    spread=channels, filled=filled)
+
+
+def _cadence_hint(seen: np.ndarray, spec: WindowSpec) -> str:
+    """Where a sensor's covered bins come at a regular spacing of several bins (its
+    readings every 10 s in 2-s bins): that cadence and the fix, else "". A sensor of a
+    slower cadence than the bins is left out of every window, not of one with a hole."""
+    covered = np.flatnonzero(seen)
+    if covered.size < 4:
+        return ""
+    steps = np.diff(covered)
+    typical = int(np.median(steps))
+    if typical < 2 or np.mean(np.abs(steps - typical) <= 1) < 0.8:
+        return ""
+    every = format_duration(spec.resample * typical)
+    return (f"; its readings come about every {every}, fewer than the bins of "
+            f"{format_duration(spec.resample)}: resample at {every} or coarser, or lower "
+            "windows.min_coverage, to keep it")
 
 
 def finite_or_none(value: float) -> float | None:

@@ -245,3 +245,21 @@ def test_inspect_takes_the_agents_interval_on_one_second_data(tmp_path):
     refused = mmdwatch("inspect", "--config", str(config), "--at", "2020-03-09T12:09:00",
                        "--every", "5s")
     assert refused.returncode == 2 and "the agent's interval is the config's" in refused.stderr
+
+
+def test_a_backfill_names_a_sensor_it_left_out_of_most_results(tmp_path):
+    """A temperature every 10 s beside one-second sensors, in 2-s bins: each result says
+    "across 2 sensors"; the backfill's last lines say which sensor was left out and why."""
+    frame = _seconds("2020-03-09T12:00:00", "2020-03-09T12:09:00").pivot(
+        index="time", columns="sensor", values="value")
+    frame.loc[frame.index.second % 10 != 0, "c"] = np.nan
+    frame.index = frame.index.tz_localize(None)
+    path = tmp_path / "mixed.csv"
+    frame.rename_axis("datetime").to_csv(path, sep=";")
+    out = mmdwatch("backfill", "--data", str(path), "--start", "2020-03-09T12:06:00",
+                   "--end", "2020-03-09T12:08:00", "--resample", "2s", "--before", "5min",
+                   "--after", "30s", "--every", "5s", "--out", str(tmp_path / "r.jsonl"))
+    assert out.returncode == 0, out.stderr
+    assert "backfill: sensor c was left out of 25 of 25 judged results" in out.stderr
+    assert "its readings come about every 10s" in out.stderr
+    assert "sensor a was" not in out.stderr

@@ -102,6 +102,26 @@ def test_gaps_are_interpolated_inside_a_window_and_reported():
     assert w.before["a"].iloc[-1] == 22.0
 
 
+def test_a_sensor_slower_than_the_bins_is_dropped_with_its_cadence_and_the_fix():
+    """Readings every 3 hours in hourly bins cover a third of them: the sensor is left
+    out, and the reason says its cadence and the resample that keeps it. One with a hole
+    gets no such hint: its bins are not regularly spaced."""
+    spec = WindowSpec(before=timedelta(hours=24), after=timedelta(hours=6),
+                      resample=timedelta(hours=1), normalise="none", min_coverage=0.5)
+    start = T - pd.Timedelta(hours=24)
+    rows = grid("a", start, 30, 60, lambda _: 1.0) + grid("b", start, 30, 60, lambda _: 2.0)
+    rows += grid("slow", start, 30, 180, lambda _: 3.0)
+    rows += [r for r in grid("holed", start, 30, 60, lambda _: 4.0)
+             if not 1 <= (pd.Timestamp(r[0]) - start) / pd.Timedelta(hours=1) < 17]
+    w = build_windows(readings(rows), T, spec)
+    reasons = w.data_quality["dropped_reasons"]
+    assert set(w.data_quality["dropped_sensors"]) == {"slow", "holed"}
+    assert reasons["slow"].endswith("its readings come about every 3h, fewer than the bins "
+                                    "of 1h: resample at 3h or coarser, or lower "
+                                    "windows.min_coverage, to keep it")
+    assert "its readings come" not in reasons["holed"]
+
+
 def test_the_windows_say_which_cells_were_filled():
     """``Windows.filled``: the before and after cells filled across a gap, over the kept
     sensors (the engine part abstains on them, docs/decision.md); None without a gap."""
