@@ -105,6 +105,29 @@ def decimal_commas(raw: pd.DataFrame, sep: str) -> bool:
     return False
 
 
+#: a clock time without a date: ``16:16:30``, ``9:05``, ``16:16:30.250``
+CLOCK_TIME = re.compile(r"\d{1,2}:\d{2}(:\d{2}([.,]\d+)?)?")
+
+
+def joined_date_and_time(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """A logger's export with the date and the clock time in two columns (``date;time``):
+    one ``datetime`` column of both, in their place. Without it the clock times were read
+    alone, and no time parsed. Only where the columns are named ``date`` and ``time``
+    and nine tenths of the first 200 times are clock times."""
+    named = {c.lower(): c for c in raw.columns}
+    date, clock = named.get("date"), named.get("time")
+    if date is None or clock is None or "datetime" in named:
+        return raw
+    sample = raw[clock].head(200).dropna().astype(str).str.strip()
+    if sample.empty or sample.map(lambda v: CLOCK_TIME.fullmatch(v) is not None).mean() < 0.9:
+        return raw
+    log.info("%s: columns %r and %r joined into one time", path, date, clock)
+    joined = raw[date].astype(str).str.strip() + " " + raw[clock].astype(str).str.strip()
+    out = raw.drop(columns=[date, clock])
+    out.insert(0, "datetime", joined.where(raw[date].notna() & raw[clock].notna()))
+    return out
+
+
 def _pick(columns: list[str], names: tuple[str, ...]) -> str | None:
     lowered = {c.lower(): c for c in columns}
     for name in names:
@@ -278,6 +301,8 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     if isinstance(raw.index, pd.DatetimeIndex):
         raw = raw.reset_index()
     raw.columns = [str(c) for c in raw.columns]
+    if time_col is None:
+        raw = joined_date_and_time(raw, path)
     kind, tcol, scol, vcol = detect_roles(raw, time_col=time_col, sensor_col=sensor_col,
                                           value_col=value_col, layout=layout)
     if kind == "wide":

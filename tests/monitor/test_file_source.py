@@ -249,6 +249,18 @@ def test_blank_cells_of_a_slower_sensor_are_no_readings_not_rejected_rows(tmp_pa
     assert "skipped rows: {'bad_time': 0, 'bad_value': 1" in caplog.text
 
 
+def test_a_date_column_and_a_clock_time_column_are_one_time(tmp_path):
+    """A logger's export with ``date;time``: read as the file with one ``datetime``
+    column; with day-first dates, time_format names the joined format."""
+    iso = read_readings(_written(tmp_path / "iso.csv", SKAB_LIKE))
+    split = SKAB_LIKE.replace("datetime;", "date;time;").replace(" 15:56:", ";15:56:")
+    assert read_readings(_written(tmp_path / "split.csv", split)).equals(iso)
+    dotted = split.replace("2020-03-09", "09.03.2020")
+    frame = read_readings(_written(tmp_path / "dotted.csv", dotted),
+                          time_format="%d.%m.%Y %H:%M:%S")
+    assert frame.equals(iso)
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
