@@ -49,7 +49,7 @@ class FileSourceConfig(BaseModel):
     value_col: str | None = None
     delimiter: str | None = Field(
         None, min_length=1, max_length=1,
-        description="CSV field separator; null = sniffed from the header (, ; tab |)")
+        description="CSV field separator; null = sniffed from the first rows (, ; tab |)")
     timezone: str = Field("UTC", description="zone of naive timestamps")
     time_format: str | None = Field(
         None, min_length=1,
@@ -63,25 +63,69 @@ class FileSourceConfig(BaseModel):
 EMPTY_VALUE = "empty_value"
 #: suffixes of spreadsheet files, which are not read (their bytes would be taken for text)
 SPREADSHEETS = (".xlsx", ".xlsm", ".xls", ".ods")
-#: separators a CSV's header is sniffed for, the first one wins a tie
+#: separators a CSV is sniffed for (sniff_delimiter), the first one wins a tie
 DELIMITERS: tuple[str, ...] = (",", ";", "\t", "|")
 
 
-def sniff_delimiter(path: Path) -> str:
-    """The field separator of a CSV (plain or compressed): the one of
-    :data:`DELIMITERS` that occurs most often in its first line (``,`` when none does)."""
+#: lines of a CSV read to find its separator and where its table starts
+SNIFF_LINES = 50
+
+
+def _first_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
+    """The first ``n`` lines of a CSV, plain or compressed."""
     import io
 
     from pandas.io.common import get_handle
 
+    lines: list[str] = []
     with get_handle(path, "r", compression="infer", encoding="utf-8",
                     errors="replace") as handle:
         stream = handle.handle
-        header = stream.readline() if isinstance(stream, io.TextIOBase) else str(
-            stream.readline())
-    counts = {d: header.count(d) for d in DELIMITERS}
-    best = max(DELIMITERS, key=lambda d: counts[d])
-    return best if counts[best] else ","
+        for _ in range(n):
+            line = stream.readline() if isinstance(stream, io.TextIOBase) else str(
+                stream.readline())
+            if not line:
+                break
+            lines.append(line)
+    return lines
+
+
+def _table_width(lines: list[str], sep: str) -> int:
+    """How many ``sep`` the table's rows hold: the most common count over the later half
+    of the non-blank ``lines`` (a preamble above the header holds fewer)."""
+    rows = [line for line in lines if line.strip()]
+    if not rows:
+        return 0
+    counts = Counter(line.count(sep) for line in rows[len(rows) // 2:])
+    return max(counts, key=lambda c: (counts[c], c))
+
+
+def sniff_delimiter(path: Path) -> str:
+    """The field separator of a CSV (plain or compressed): of :data:`DELIMITERS`, one
+    that the table's rows hold, with the fewest lines above the header that it implies,
+    then the most per row (``,`` when none is held). So a preamble above the header does
+    not decide, nor do decimal commas beside a header of semicolons."""
+    lines = _first_lines(path)
+    widths = {d: _table_width(lines, d) for d in DELIMITERS}
+    held = [d for d in DELIMITERS if widths[d]]
+    if not held:
+        return ","
+    return min(held, key=lambda d: (_header_index(lines, d, widths[d]), -widths[d],
+                                    DELIMITERS.index(d)))
+
+
+def _header_index(lines: list[str], sep: str, width: int) -> int:
+    """The first line that holds as many ``sep`` as the table's rows (or more)."""
+    return next((i for i, line in enumerate(lines) if line.count(sep) >= width), 0)
+
+
+def preamble_lines(path: Path, sep: str) -> int:
+    """How many lines stand above a CSV's header: a logger's export often begins with
+    its name, the site or ``#`` comments. The header is the first line that holds as many
+    ``sep`` as the table's rows (or more); 0 for a file whose first line does."""
+    lines = _first_lines(path)
+    width = _table_width(lines, sep)
+    return 0 if width == 0 else _header_index(lines, sep, width)
 
 
 #: a number written with a decimal comma: ``0,0547``, ``-12,5``, ``3,2e-05``
@@ -260,10 +304,12 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
     """Read a file into a long frame ``time`` (UTC), ``sensor`` (str), ``value`` (float),
     sorted by time. Rows with unparsable times or values are dropped and counted; a file
     none of whose times parse is refused (:class:`ConnectorError` with a sample and the
-    fix). A CSV's separator is ``delimiter``, else sniffed from its header
-    (:func:`sniff_delimiter`); a CSV whose numbers are written with decimal commas
-    (``0,0547`` beside the separator ``;``) is read with them (:func:`decimal_commas`).
-    ``time_format``: the times' strftime format, where they are not ISO 8601."""
+    fix). A CSV's separator is ``delimiter``, else sniffed from its first rows
+    (:func:`sniff_delimiter`); lines above its header are skipped
+    (:func:`preamble_lines`); numbers written with decimal commas (``0,0547`` beside the
+    separator ``;``) are read as such (:func:`decimal_commas`); ``date`` and ``time``
+    columns are joined (:func:`joined_date_and_time`). ``time_format``: the times'
+    strftime format, where they are not ISO 8601."""
     path = Path(path)
     if not path.exists():
         raise ConnectorError(f"data file {path} does not exist; check the path")
@@ -279,15 +325,18 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
             raw = pd.read_parquet(path)
         else:
             sep = delimiter or sniff_delimiter(path)
+            skip = preamble_lines(path, sep)
+            if skip:
+                log.info("%s: %d line(s) above the header skipped", path, skip)
             # pandas' converter parses each number as Python's float() does (correctly
             # rounded), the parse of an MQTT payload's value, so a CSV and its readings
             # replayed through MQTT give the agent and a backfill the same bits
             # (tests/monitor/test_file_source.py checks it)
-            raw = pd.read_csv(path, sep=sep)
+            raw = pd.read_csv(path, sep=sep, skiprows=skip)
             if decimal_commas(raw, sep):
                 log.info("%s: numbers written with decimal commas (separator %r): read so",
                          path, sep)
-                raw = pd.read_csv(path, sep=sep, decimal=",")
+                raw = pd.read_csv(path, sep=sep, skiprows=skip, decimal=",")
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None

@@ -70,7 +70,7 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--site", help="site id in the result (default: the data file's name)")
     p.add_argument("--time-col", help="name of the time column (--data)")
     p.add_argument("--delimiter", help="the CSV's field separator (--data; default: sniffed "
-                   "from its header among , ; tab |)")
+                   "from the first rows among , ; tab |)")
     p.add_argument("--time-format", metavar="FMT",
                    help="strftime format of the data's times (--data; default: ISO 8601 or "
                    "epoch seconds), e.g. '%%d.%%m.%%Y %%H:%%M:%%S'")

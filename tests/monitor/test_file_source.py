@@ -261,6 +261,19 @@ def test_a_date_column_and_a_clock_time_column_are_one_time(tmp_path):
     assert frame.equals(iso)
 
 
+def test_lines_above_the_header_are_skipped(tmp_path):
+    """A logger's export that begins with its name, the site and a blank line, or with
+    ``#`` comments: read as the file without them, its separator sniffed from the table
+    (the first line has none)."""
+    iso = read_readings(_written(tmp_path / "iso.csv", SKAB_LIKE))
+    for k, preamble in enumerate(("# exported by logger X\n# site: pump 1\n",
+                                  "Logger X export\nsite;pump 1\n\n")):
+        path = _written(tmp_path / f"preamble{k}.csv", preamble + SKAB_LIKE)
+        assert read_readings(path).equals(iso)
+    trailing = SKAB_LIKE.replace("Volume Flow RateRMS\n", "Volume Flow RateRMS;\n")
+    assert len(read_readings(_written(tmp_path / "trailing.csv", trailing))) == 12
+
+
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
     path = tmp_path / "text.csv"
     path.write_text("time,state\n2024-01-01T00:00:00Z,open\n2024-01-01T00:01:00Z,shut\n")
