@@ -349,7 +349,8 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
                              f"{', '.join(map(str, raw.columns[:10]))}); check the file")
     if isinstance(raw.index, pd.DatetimeIndex):
         raw = raw.reset_index()
-    raw.columns = [str(c) for c in raw.columns]
+    # a header padded for the eye (" Pressure ; Current ") names the same sensors
+    raw.columns = [str(c).strip() or f"Unnamed: {i}" for i, c in enumerate(raw.columns)]
     if time_col is None:
         raw = joined_date_and_time(raw, path)
     kind, tcol, scol, vcol = detect_roles(raw, time_col=time_col, sensor_col=sensor_col,
@@ -358,8 +359,9 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
         unnamed = [c for c in raw.columns if c != tcol and UNNAMED_COLUMN.fullmatch(c)]
         if unnamed:
             # a counter read as a sensor rises in every window and fires on nothing
-            log.warning("%s: column(s) %s have no name in the header: taken as row numbers "
-                        "and left out; give a column a name to read it as a sensor", path,
+            log.warning("%s: column(s) %s have no name in the header: left out (row numbers "
+                        "written beside the data, or a separator at the end of the header); "
+                        "give a column a name to read it as a sensor", path,
                         ", ".join(str(raw.columns.get_loc(c) + 1) for c in unnamed))
             raw = raw.drop(columns=unnamed)
         text = [c for c in raw.columns if c != tcol and not _mostly_numeric(raw[c])]

@@ -272,6 +272,8 @@ def test_lines_above_the_header_are_skipped(tmp_path):
         assert read_readings(path).equals(iso)
     trailing = SKAB_LIKE.replace("Volume Flow RateRMS\n", "Volume Flow RateRMS;\n")
     assert len(read_readings(_written(tmp_path / "trailing.csv", trailing))) == 12
+    padded = SKAB_LIKE.replace(";", " ; ")  # a header padded for the eye: the same ids
+    assert read_readings(_written(tmp_path / "padded.csv", padded)).equals(iso)
 
 
 def test_a_column_that_is_not_a_number_is_named(tmp_path):
