@@ -656,10 +656,10 @@ class WrittenResults:
         self.keep = keep
         self.counts: dict[str, int] = {}
         self.results: list[dict[str, Any]] = []
-        #: judged results (ok, firing, calibrating), and per sensor how many of them left
-        #: it out and the reason the first one gave
-        self.judged = 0
-        self.dropped: dict[str, tuple[int, str]] = {}
+        #: judged results (ok, firing, calibrating) per site, and per (site, sensor) how
+        #: many of them left it out and the reason the first one gave
+        self.judged: dict[str, int] = {}
+        self.dropped: dict[tuple[str, str], tuple[int, str]] = {}
 
     @property
     def total(self) -> int:
@@ -669,12 +669,14 @@ class WrittenResults:
         status = str(result.get("status"))
         self.counts[status] = self.counts.get(status, 0) + 1
         if status in ("ok", "firing", "calibrating"):
-            self.judged += 1
+            site = str(result.get("site"))
+            self.judged[site] = self.judged.get(site, 0) + 1
             quality = result.get("data_quality") or {}
             reasons = quality.get("dropped_reasons") or {}
             for sensor in quality.get("dropped_sensors") or ():
-                n, why = self.dropped.get(sensor, (0, str(reasons.get(sensor, ""))))
-                self.dropped[sensor] = (n + 1, why)
+                key = (site, str(sensor))
+                n, why = self.dropped.get(key, (0, str(reasons.get(sensor, ""))))
+                self.dropped[key] = (n + 1, why)
         if self.keep:
             self.results.append(result)
 
@@ -682,10 +684,12 @@ class WrittenResults:
         """Log the sensors that most judged results left out, with a reason: a result's
         summary counts only the sensors it used ("across 6 sensors"), so a sensor of a
         slower cadence than the bins was left out of every result unseen."""
-        often = {s: v for s, v in self.dropped.items() if 2 * v[0] > self.judged}
-        for sensor, (n, why) in sorted(often.items()):
-            log.warning("backfill: sensor %s was left out of %d of %d judged results: %s",
-                        sensor, n, self.judged, why or "see data_quality.dropped_reasons")
+        several = len(self.judged) > 1
+        for (site, sensor), (n, why) in sorted(self.dropped.items()):
+            if 2 * n > self.judged[site]:
+                log.warning("backfill: sensor %s%s was left out of %d of %d judged results: "
+                            "%s", sensor, f" of site {site}" if several else "", n,
+                            self.judged[site], why or "see data_quality.dropped_reasons")
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:

@@ -215,3 +215,24 @@ def test_an_inspection_with_no_data_at_all_is_status_error(tmp_path):
     assert result["status"] == "error" and "no readings between" in result["error"]
     assert result["summary"].startswith("Inspection at 2026-02-06T00:00Z failed")
     assert "inspect: the data holds readings from 2026-01-05T00:00:00+00:00" in stderr
+
+
+def test_a_backfill_names_each_sites_sensor_left_out_of_most_of_its_results(caplog):
+    """Counted per site: a sensor of one site left out of most of that site's results is
+    named with its site, one left out of a few is not."""
+    from monitor.cli import WrittenResults
+
+    written = WrittenResults(keep=False)
+    why = {"t": "before window has data in 20% of bins (needs 50%)"}
+    for k in range(4):
+        written.add({"site": "a", "status": "ok",
+                     "data_quality": {"dropped_sensors": ["t"], "dropped_reasons": why}})
+        written.add({"site": "b", "status": "ok",
+                     "data_quality": {"dropped_sensors": ["t"] if k == 0 else [],
+                                      "dropped_reasons": why}})
+    written.add({"site": "a", "status": "error"})
+    with caplog.at_level("WARNING", logger="mmdwatch"):
+        written.report_dropped()
+    expected = ("backfill: sensor t of site a was left out of 4 of 4 judged results: "
+                "before window has data in 20% of bins (needs 50%)")
+    assert caplog.messages == [expected]
