@@ -261,11 +261,23 @@ def _normalised_label(normalise: str | None) -> str:
     return "normalised value (unitless)"
 
 
+def spans_days(*frames: pd.DataFrame | None) -> bool:
+    """Whether the windows cover 2 days or more, so that values by hour of day mean
+    something (the derived ``daily_profile``'s rule, docs/config.md); a testbed's minutes
+    do not."""
+    import pandas as pd
+
+    times = [t for f in frames if f is not None and len(f) for t in (f.index[0], f.index[-1])]
+    return bool(times) and (max(times) - min(times)) >= pd.Timedelta(days=2)
+
+
 def profile(view: InspectionView, sensor: str, *,
             before_raw: pd.DataFrame | None, after_raw: pd.DataFrame | None,
             before: pd.DataFrame | None, after: pd.DataFrame | None) -> Drawn:
-    """One sensor's before/after: raw series across both windows (left) and the normalised
-    hourly values by hour of day, mean and ±1 sd band, before vs after (right)."""
+    """One sensor's before/after: raw series across both windows (left) and, right, the
+    normalised values by hour of day, mean and ±1 sd band, before vs after; or, where
+    the windows cover less than 2 days (:func:`spans_days`), the two windows' histograms
+    of the normalised values."""
     import matplotlib.dates as mdates
 
     have_raw = _has(before_raw, sensor) or _has(after_raw, sensor)
@@ -308,10 +320,14 @@ def profile(view: InspectionView, sensor: str, *,
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_xlabel("time (UTC)")
         ax.set_ylabel("raw value (source units)")
-        ax.set_title("hourly series, both windows", fontsize=10)
+        bins = view.windows.resample
+        ax.set_title("hourly series, both windows" if bins in ("", "1h")
+                     else f"{bins} bins, both windows", fontsize=10)
         ax.legend(fontsize=8, loc="best", frameon=False)
         ax.grid(alpha=0.3)
-    if have_norm:
+    if have_norm and not spans_days(before, after):
+        _distributions(axes[k], sensor, before, after, view.normalise, meta)
+    elif have_norm:
         ax = axes[k]
         for frame, colour, name in ((before, style.BEFORE_COLOUR, "before"),
                                     (after, style.AFTER_COLOUR, "after")):
@@ -336,6 +352,27 @@ def profile(view: InspectionView, sensor: str, *,
     fig.suptitle(title, fontsize=11, y=1 - 0.08 / fig.get_size_inches()[1], va="top")
     meta["panels"] = panels
     return Drawn(fig, meta)
+
+
+def _distributions(ax: Any, sensor: str, before: pd.DataFrame | None,
+                   after: pd.DataFrame | None, normalise: str | None,
+                   meta: dict[str, Any]) -> None:
+    """Histograms of the sensor's normalised values in each window, on shared bins, as
+    densities (the windows differ in length)."""
+    values = {name: _utc_index(frame)[sensor].astype(float).dropna().to_numpy()
+              for frame, name in ((before, "before"), (after, "after")) if _has(frame, sensor)}
+    pooled = np.concatenate(list(values.values())) if values else np.zeros(0)
+    edges = np.histogram_bin_edges(pooled, bins=30) if pooled.size else 10
+    for name, colour in (("before", style.BEFORE_COLOUR), ("after", style.AFTER_COLOUR)):
+        if name in values and values[name].size:
+            ax.hist(values[name], bins=edges, density=True, color=colour, alpha=0.45,
+                    label=f"{name} window ({values[name].size} bins)")
+    meta["distributions"] = {name: int(v.size) for name, v in values.items()}
+    ax.set_xlabel(_normalised_label(normalise))
+    ax.set_ylabel("density")
+    ax.set_title("distribution, before vs after", fontsize=10)
+    ax.legend(fontsize=8, loc="best", frameon=False)
+    ax.grid(alpha=0.3)
 
 
 def _has(frame: pd.DataFrame | None, sensor: str) -> bool:

@@ -109,11 +109,11 @@ def _profiles(folder: Path, view: InspectionView, before_raw: pd.DataFrame | Non
                    "after frames; `mmdwatch inspect --report` does)")]
     available = set().union(*(set(map(str, f.columns)) for f in frames))
     ranked = [s for s in view.sensor_ids if s in available]
-    caption = _PROFILE_CAPTION
+    caption = _PROFILE_CAPTION if figs.spans_days(before, after) else _SHORT_PROFILE_CAPTION
     if not ranked:  # an error result has no ranking: show the sensors the data hold
         ranked = sorted(available)
         caption = ("The inspection produced no ranking, so these are the first sensors by id, "
-                   "to show the data it had. " + _PROFILE_CAPTION)
+                   "to show the data it had. " + caption)
     records = []
     for k, sensor in enumerate(ranked[:TOP_PROFILES], start=1):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sensor)
@@ -268,6 +268,12 @@ _PROFILE_CAPTION = (
     "inspection time. Right: the normalised values by hour of day (line: mean over the days "
     "of the window; band: ±1 standard deviation). A shift or change of shape between the two "
     "curves is what the test sees.")
+_SHORT_PROFILE_CAPTION = (
+    'Left: the series over the <span class="before">before</span> and '
+    '<span class="after">after</span> windows in their bins, in the source\'s units, dashed '
+    "line at the inspection time. Right: how the normalised values of each window are "
+    "distributed (windows of less than 2 days have no daily profile to compare). A shift "
+    "or change of shape between the two is what the test sees.")
 _MAP_CAPTION = (
     "Sensors at their map positions, coloured by score (yellow = high). Selected sensors are "
     "ringed in purple and named in bold. Grey lines are the network links.")

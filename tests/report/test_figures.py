@@ -156,3 +156,27 @@ def test_all_zero_scores_are_explained_not_drawn_as_an_empty_plot() -> None:
     assert "p = 0.41" in ax.texts[0].get_text()
     heat = figs.lambda_heatmap(view).figure.axes[0]
     assert any("All scores are 0" in t.get_text() for t in heat.texts)
+
+
+def test_profile_of_windows_shorter_than_two_days_compares_distributions() -> None:
+    """Minutes of one-second data have no daily profile: the right panel shows the two
+    windows' distributions (one dot at one hour of day said nothing), and the left one
+    names the bins."""
+    ex = example_inspection(6, 3)
+    result = {**ex.result, "windows": {**ex.result["windows"], "resample": "2s"}}
+    view = InspectionView.from_result(result)
+    sensor = view.sensor_ids[0]
+    rng = np.random.default_rng(0)
+    t0 = pd.Timestamp("2020-03-09T16:21:40Z")
+    before = pd.DataFrame({sensor: 1 + 0.01 * rng.standard_normal(150)},
+                          index=pd.date_range(t0, periods=150, freq="2s"))
+    after = pd.DataFrame({sensor: 0.98 + 0.01 * rng.standard_normal(15)},
+                         index=pd.date_range(t0 + pd.Timedelta("5min"), periods=15, freq="2s"))
+    drawn = figs.profile(view, sensor, before_raw=before * 32, after_raw=after * 32,
+                         before=before, after=after)
+    raw_ax, right = drawn.figure.axes[:2]
+    assert raw_ax.get_title() == "2s bins, both windows"
+    assert right.get_title() == "distribution, before vs after"
+    assert drawn.meta["distributions"] == {"before": 150, "after": 15}
+    assert drawn.meta["hours"] == 0
+    assert not figs.spans_days(before, after) and figs.spans_days(ex.before, ex.after)
