@@ -144,6 +144,18 @@ def _seconds(start: str, end: str, gap: tuple[str, str] | None = None) -> pd.Dat
                         columns=["time", "sensor", "value"])
 
 
+def _published(path, readings: pd.DataFrame):
+    """``readings`` (long) written as SKAB publishes: wide, semicolons, naive times in a
+    ``datetime`` column (a sensor's missing seconds are blank cells)."""
+    wide = readings.pivot(index="time", columns="sensor", values="value")
+    wide.index = wide.index.tz_localize(None)
+    wide.rename_axis("datetime").to_csv(path, sep=";")
+    return path
+
+
+#: the issue's four options for one-second data
+FOUR = ("--resample", "2s", "--before", "5min", "--after", "30s", "--every", "5s")
+
 SPEC = WindowSpec(before=timedelta(minutes=5), after=timedelta(seconds=30),
                   resample=timedelta(seconds=2), min_sensors=2)
 
@@ -197,15 +209,11 @@ def test_check_config_says_what_was_derived(tmp_path):
 def test_one_second_data_runs_with_four_options(tmp_path):
     """A semicolon file of one-second readings with a hole: only --resample, --before,
     --after and --every given; no result is an error."""
-    wide = _seconds("2020-03-09T12:00:00", "2020-03-09T12:14:00",
-                    gap=("2020-03-09T12:09:00", "2020-03-09T12:10:04")).pivot(
-        index="time", columns="sensor", values="value")
-    wide.index = wide.index.tz_localize(None)
-    path = tmp_path / "pump.csv"
-    wide.rename_axis("datetime").to_csv(path, sep=";")
+    path = _published(tmp_path / "pump.csv", _seconds(
+        "2020-03-09T12:00:00", "2020-03-09T12:14:00",
+        gap=("2020-03-09T12:09:00", "2020-03-09T12:10:04")))
     out = mmdwatch("backfill", "--data", str(path), "--start", "2020-03-09T12:00:00",
-                   "--end", "2020-03-09T12:13:00", "--resample", "2s", "--before", "5min",
-                   "--after", "30s", "--every", "5s", "--out", str(tmp_path / "r.jsonl"))
+                   "--end", "2020-03-09T12:13:00", *FOUR, "--out", str(tmp_path / "r.jsonl"))
     assert out.returncode == 0, out.stderr
     assert "derived from the windows and the cadence" in out.stderr
     import json
@@ -225,16 +233,12 @@ def test_inspect_takes_the_agents_interval_on_one_second_data(tmp_path):
     schedule left one-second data calibrating for a day. With --config it is refused."""
     import json
 
-    wide = _seconds("2020-03-09T12:00:00", "2020-03-09T12:10:00").pivot(
-        index="time", columns="sensor", values="value")
-    wide.index = wide.index.tz_localize(None)
-    path = tmp_path / "pump.csv"
-    wide.rename_axis("datetime").to_csv(path, sep=";")
-    four = ["--resample", "2s", "--before", "5min", "--after", "30s"]
-    hourly = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00", *four)
+    path = _published(tmp_path / "pump.csv",
+                      _seconds("2020-03-09T12:00:00", "2020-03-09T12:10:00"))
+    hourly = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00",
+                      *FOUR[:-2])
     assert json.loads(hourly.stdout)["status"] == "calibrating"
-    out = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00", *four,
-                   "--every", "5s")
+    out = mmdwatch("inspect", "--data", str(path), "--at", "2020-03-09T12:09:00", *FOUR)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["status"] in ("ok", "firing"), result["summary"]
@@ -250,15 +254,11 @@ def test_inspect_takes_the_agents_interval_on_one_second_data(tmp_path):
 def test_a_backfill_names_a_sensor_it_left_out_of_most_results(tmp_path):
     """A temperature every 10 s beside one-second sensors, in 2-s bins: each result says
     "across 2 sensors"; the backfill's last lines say which sensor was left out and why."""
-    frame = _seconds("2020-03-09T12:00:00", "2020-03-09T12:09:00").pivot(
-        index="time", columns="sensor", values="value")
-    frame.loc[frame.index.second % 10 != 0, "c"] = np.nan
-    frame.index = frame.index.tz_localize(None)
-    path = tmp_path / "mixed.csv"
-    frame.rename_axis("datetime").to_csv(path, sep=";")
+    long = _seconds("2020-03-09T12:00:00", "2020-03-09T12:09:00")
+    slow = (long["sensor"] == "c") & (long["time"].dt.second % 10 != 0)
+    path = _published(tmp_path / "mixed.csv", long[~slow])
     out = mmdwatch("backfill", "--data", str(path), "--start", "2020-03-09T12:06:00",
-                   "--end", "2020-03-09T12:08:00", "--resample", "2s", "--before", "5min",
-                   "--after", "30s", "--every", "5s", "--out", str(tmp_path / "r.jsonl"))
+                   "--end", "2020-03-09T12:08:00", *FOUR, "--out", str(tmp_path / "r.jsonl"))
     assert out.returncode == 0, out.stderr
     assert "backfill: sensor c was left out of 25 of 25 judged results" in out.stderr
     assert "its readings come about every 10s" in out.stderr
