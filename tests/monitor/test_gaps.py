@@ -96,7 +96,7 @@ def test_holes_at_different_times_in_one_event_are_counted_not_joined(caplog):
 
 
 def test_a_logger_that_habitually_skips_a_reading_gives_holes_only_while_learning():
-    """One-second readings that skip a second in one step of 15 (SKAB's logger: 6.6 %):
+    """One-second readings that skip a second in one step of 15 (SKAB's logger: about 6 %):
     once 50 steps are known, a skip is the sensor's habit, not a hole; a minute without
     readings still is. A regular sensor's one lost reading in 200 steps still shows."""
     watch, _, _ = _watch(interval_s=5.0)
