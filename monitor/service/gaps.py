@@ -9,8 +9,9 @@ event on every sink that takes events (MQTT: ``<prefix>/<site>/status``, docs/mq
 ``hole``
     A sensor's readings resumed after a step longer than ``gaps.hole_factor`` (1.5) times
     its own cadence (the shortest of its last few steps between readings), unless such
-    steps are the sensor's habit (2 % or more of its last 200: a one-second logger that
-    skips a second now and then, :data:`HABIT_SHARE`). The span is
+    steps are the sensor's habit (a step of at most 3 cadences that is 2 % or more of its
+    last 200: a one-second logger that skips a second now and then, :data:`HABIT_SHARE`).
+    The span is
     closed: from its last reading before to its first reading after. A hole waits 5 s
     (``settle_s``) for late readings before it is published: after a reconnect a broker may
     deliver what it had queued for the old session after what publishers sent since, and
@@ -66,6 +67,10 @@ _STEPS_KEPT = 4
 RECENT_KEPT = 200
 RECENT_FROM = 50
 HABIT_SHARE = 0.02
+#: only a step of at most this many cadences can be a habit (a skipped reading or two): a
+#: publisher that drops out for an hour now and then loses data each time, and each time
+#: is a hole however often it happens
+HABIT_MAX_CADENCES = 3.0
 
 
 def _iso(epoch_s: float) -> str:
@@ -186,7 +191,8 @@ class GapWatch:
                 if len(track.steps) >= 2:
                     cadence = min(track.steps)
                     if step > self.hole_factor * cadence:
-                        if track.habitual(step, self.hole_factor):
+                        if (step <= HABIT_MAX_CADENCES * cadence
+                                and track.habitual(step, self.hole_factor)):
                             track.newest, track.session = r.time, session
                             continue  # its logger's habit; not a cadence either
                         self._holes.setdefault((site, sensor), []).append(_Hole(

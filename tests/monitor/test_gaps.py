@@ -113,6 +113,14 @@ def test_a_logger_that_habitually_skips_a_reading_gives_holes_only_while_learnin
     [minute] = watch.check()
     assert minute["missing_readings"] == 59 and minute["holes"] == 1
 
+    outages, _, _ = _watch()  # an hour lost every 50 readings: each a hole, however often
+    t = T0
+    for k in range(6):
+        outages.observe(_readings(["c"], t, t + 50 * 300))
+        t += 50 * 300 + 3600
+    [event] = outages.check()
+    assert event["holes"] == 5 and event["missing_readings"] == 5 * 12
+
     regular, _, _ = _watch()
     regular.observe(_readings(["b"], T0, T0 + 300 * 200))
     assert regular.check() == []
