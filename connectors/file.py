@@ -13,6 +13,7 @@ as a :class:`StreamSource` it replays the rows in time order at ``speed`` times 
 """
 from __future__ import annotations
 
+import io
 import logging
 import re
 import threading
@@ -73,8 +74,6 @@ SNIFF_LINES = 50
 
 def _first_lines(path: Path, n: int = SNIFF_LINES) -> list[str]:
     """The first ``n`` lines of a CSV, plain or compressed."""
-    import io
-
     from pandas.io.common import get_handle
 
     lines: list[str] = []
@@ -100,12 +99,12 @@ def _table_width(lines: list[str], sep: str) -> int:
     return max(counts, key=lambda c: (counts[c], c))
 
 
-def sniff_delimiter(path: Path) -> str:
-    """The field separator of a CSV (plain or compressed): of :data:`DELIMITERS`, one
-    that the table's rows hold, with the fewest lines above the header that it implies,
-    then the most per row (``,`` when none is held). So a preamble above the header does
-    not decide, nor do decimal commas beside a header of semicolons."""
-    lines = _first_lines(path)
+def sniff_delimiter(lines: list[str]) -> str:
+    """The field separator of a CSV from its first ``lines`` (:func:`_first_lines`): of
+    :data:`DELIMITERS`, one that the table's rows hold, with the fewest lines above the
+    header that it implies, then the most per row (``,`` when none is held). So a
+    preamble above the header does not decide, nor do decimal commas beside a header of
+    semicolons."""
     widths = {d: _table_width(lines, d) for d in DELIMITERS}
     held = [d for d in DELIMITERS if widths[d]]
     if not held:
@@ -119,11 +118,11 @@ def _header_index(lines: list[str], sep: str, width: int) -> int:
     return next((i for i, line in enumerate(lines) if line.count(sep) >= width), 0)
 
 
-def preamble_lines(path: Path, sep: str) -> int:
-    """How many lines stand above a CSV's header: a logger's export often begins with
-    its name, the site or ``#`` comments. The header is the first line that holds as many
-    ``sep`` as the table's rows (or more); 0 for a file whose first line does."""
-    lines = _first_lines(path)
+def preamble_lines(lines: list[str], sep: str) -> int:
+    """How many of a CSV's first ``lines`` stand above its header: a logger's export
+    often begins with its name, the site or ``#`` comments. The header is the first line
+    that holds as many ``sep`` as the table's rows (or more); 0 for a file whose first
+    line does."""
     width = _table_width(lines, sep)
     return 0 if width == 0 else _header_index(lines, sep, width)
 
@@ -133,14 +132,14 @@ DECIMAL_COMMA = re.compile(r"\s*[-+]?(\d+,\d*|,\d+)([eE][-+]?\d+)?\s*")
 
 
 def decimal_commas(raw: pd.DataFrame, sep: str) -> bool:
-    """Whether a CSV read with separator ``sep`` writes its numbers with decimal commas
-    (a spreadsheet's export in much of Europe: ``;`` between fields, ``,`` in numbers):
-    some text column nine tenths of whose first 200 values look like ``0,0547``. Never
-    with the separator ``,``, where such a cell would have been split."""
+    """Whether a CSV read with separator ``sep`` (``raw``: its first rows) writes its
+    numbers with decimal commas (a spreadsheet's export in much of Europe: ``;`` between
+    fields, ``,`` in numbers): some text column nine tenths of whose values look like
+    ``0,0547``. Never with the separator ``,``, where such a cell would have been split."""
     if sep == ",":
         return False
     for column in raw.columns:
-        values = raw[column].head(200).dropna()
+        values = raw[column].dropna()
         if values.empty or pd.api.types.is_numeric_dtype(values):
             continue
         text = values.astype(str)
@@ -324,19 +323,23 @@ def read_readings(path: Path, *, format: str = "auto", layout: str = "auto",
         if fmt == "parquet":
             raw = pd.read_parquet(path)
         else:
-            sep = delimiter or sniff_delimiter(path)
-            skip = preamble_lines(path, sep)
+            # the separator, the lines above the header and the decimal mark, from the
+            # first lines: the file itself is read once
+            lines = _first_lines(path)
+            sep = delimiter or sniff_delimiter(lines)
+            skip = preamble_lines(lines, sep)
             if skip:
                 log.info("%s: %d line(s) above the header skipped", path, skip)
+            decimal = "," if sep != "," and decimal_commas(
+                pd.read_csv(io.StringIO("".join(lines[skip:])), sep=sep), sep) else "."
+            if decimal == ",":
+                log.info("%s: numbers written with decimal commas (separator %r): read so",
+                         path, sep)
             # pandas' converter parses each number as Python's float() does (correctly
             # rounded), the parse of an MQTT payload's value, so a CSV and its readings
             # replayed through MQTT give the agent and a backfill the same bits
             # (tests/monitor/test_file_source.py checks it)
-            raw = pd.read_csv(path, sep=sep, skiprows=skip)
-            if decimal_commas(raw, sep):
-                log.info("%s: numbers written with decimal commas (separator %r): read so",
-                         path, sep)
-                raw = pd.read_csv(path, sep=sep, skiprows=skip, decimal=",")
+            raw = pd.read_csv(path, sep=sep, skiprows=skip, decimal=decimal)
     except Exception as exc:  # noqa: BLE001 - pandas raises many types for unreadable files
         raise ConnectorError(f"cannot read {path} as {fmt}: {exc}; check the file and "
                              "format") from None

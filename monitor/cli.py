@@ -315,74 +315,49 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
     return read, windows.close
 
 
-def _outside_the_data(read: Any, inspector: Any, start: Any, end: Any) -> str | None:
-    """Where no inspection from ``start`` to ``end`` has a window holding a reading of
-    ``read``'s source: what to say (the data's range and the fix); else None. Where the
-    source cannot tell its oldest and newest reading, None: each result says it.
+def _against_the_data(read: Any, inspector: Any, start: Any, end: Any
+                      ) -> tuple[str | None, list[str]]:
+    """The inspections from ``start`` to ``end`` against ``read``'s source, whose oldest
+    and newest reading are asked once: (where none of their windows holds a reading, what
+    to say: the data's range and the fix, else None; the warnings for inspections whose
+    windows lie wholly before the first or after the last reading, whose results will be
+    errors). Where the source cannot tell its range, (None, []): each result says it.
 
     Why: a data file whose times carry an offset (``+03:00``) is read in UTC, as ``--at``
     or ``--start`` without an offset is; such a backfill wrote an ``error`` result at each
     of its 241 inspections, each saying no more than that its window held no reading."""
-    span = _data_span(read)
-    if span is None:
-        return None
-    first, last = span
-    before, after = _window_lengths(inspector)
-    start, end = _utc(start), _utc(end)
-    if start - before <= last and end + after >= first:
-        return None
-    return (f"the data holds readings from {first.isoformat()} to {last.isoformat()}, and "
-            f"no window from {(start - before).isoformat()} to {(end + after).isoformat()} "
-            "holds one; set the times inside the data's range. A time without an offset is "
-            "read as UTC, in the options as in the data: give the times the data's offset "
-            "(such as 2020-03-09T16:16:30+03:00)")
+    import pandas as pd
 
+    from connectors.timeutil import to_utc
 
-def _warn_past_the_data(read: Any, inspector: Any, start: Any, end: Any) -> None:
-    """Log the inspections of a backfill whose windows lie wholly before the data's first
-    or after its last reading: their results will be errors."""
-    span = _data_span(read)
-    if span is None:
-        return
-    first, last = span
-    before, after = _window_lengths(inspector)
-    start, end = _utc(start), _utc(end)
-    held = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
-    if start + after < first:
-        log.warning("backfill: %s; inspections before %s have no reading in their windows "
-                    "and their results will be errors: start the backfill at %s or later "
-                    "for a full before window", held, (first - after).isoformat(),
-                    (first + before).isoformat())
-    if end - before > last:
-        log.warning("backfill: %s; inspections after %s have no reading in their windows "
-                    "and their results will be errors: end the backfill by %s for a full "
-                    "after window", held, (last + before).isoformat(),
-                    (last - after).isoformat())
-
-
-def _data_span(read: Any) -> tuple[Any, Any] | None:
-    """(oldest, newest reading) of ``read``'s source in UTC, None where not known."""
     try:
         first, last = read.first_time(), read.watermark()
     except Exception:  # the source cannot say: each result says it
         log.debug("the source's range is not known", exc_info=True)
-        return None
-    return None if first is None or last is None else (_utc(first), _utc(last))
-
-
-def _window_lengths(inspector: Any) -> tuple[Any, Any]:
-    """(before, after) window lengths as pandas Timedeltas."""
-    import pandas as pd
-
-    return pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
-
-
-def _utc(t: Any) -> Any:
-    """``t`` as a pandas Timestamp in UTC (a naive one taken as UTC)."""
-    import pandas as pd
-
-    stamp = pd.Timestamp(t)
-    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
+        return None, []
+    if first is None or last is None:
+        return None, []
+    first, last, start, end = to_utc(first), to_utc(last), to_utc(start), to_utc(end)
+    before, after = pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
+    held = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
+    if start - before > last or end + after < first:
+        return (f"{held}, and no window from {(start - before).isoformat()} to "
+                f"{(end + after).isoformat()} holds one; set the times inside the data's "
+                "range. A time without an offset is read as UTC, in the options as in the "
+                "data: give the times the data's offset (such as 2020-03-09T16:16:30+03:00)"
+                ), []
+    warnings = []
+    if start + after < first:
+        warnings.append(f"{held}; inspections before {(first - after).isoformat()} have no "
+                        "reading in their windows and their results will be errors: start "
+                        f"the backfill at {(first + before).isoformat()} or later for a full "
+                        "before window")
+    if end - before > last:
+        warnings.append(f"{held}; inspections after {(last + before).isoformat()} have no "
+                        "reading in their windows and their results will be errors: end "
+                        f"the backfill by {(last - after).isoformat()} for a full after "
+                        "window")
+    return None, warnings
 
 
 def _check_publish(args: argparse.Namespace, config: Any = None) -> None:
@@ -604,7 +579,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     publisher = close = None
     try:
         read, close = _window_reader(config)
-        outside = _outside_the_data(read, inspector, at, at)
+        outside, _ = _against_the_data(read, inspector, at, at)
         if outside is not None:  # the result says no more than that its windows are empty
             log.warning("inspect: %s", outside)
         publisher = _publisher(args, config)
@@ -724,10 +699,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     try:
         for c, inspector in zip(configs, inspectors, strict=True):
             readers.append(_window_reader(c))
-            outside = _outside_the_data(readers[-1][0], inspector, start, end)
+            outside, warnings = _against_the_data(readers[-1][0], inspector, start, end)
             if outside is not None:
                 raise BadInput(outside)
-            _warn_past_the_data(readers[-1][0], inspector, start, end)
+            for warning in warnings:
+                log.warning("backfill: %s", warning)
         if cluster is not None:
             from monitor.fleet.executors import ExecutorUnavailable, build_executor
 
