@@ -51,9 +51,13 @@ def _sensor_line(s: dict[str, Any]) -> str:
 
 
 def clock(stamp: Any) -> str:
-    """``2026-01-15T09:40:00Z`` -> ``2026-01-15 09:40`` (other text unchanged)."""
+    """``2026-01-15T09:40:00Z`` -> ``2026-01-15 09:40``; ``...T09:40:05Z`` (a one-second
+    source's onset) -> ``2026-01-15 09:40:05`` (other text unchanged)."""
     text = str(stamp)
-    return text[:16].replace("T", " ") if len(text) >= 16 and text[10:11] == "T" else text
+    if len(text) < 16 or text[10:11] != "T":
+        return text
+    has_seconds = text[16:17] == ":" and (text[16:19] != ":00" or text[19:20] == ".")
+    return (text[:19] if has_seconds else text[:16]).replace("T", " ")
 
 
 def incident_line(result: dict[str, Any]) -> str | None:

@@ -712,7 +712,9 @@ class CVAggregation(_LambdaSelector):
             # weighted by validation power, rather than return all-zero scores. Like
             # Algorithm 1's "else smallest p" branch, it keeps a ranking when the gate
             # fails everywhere; the p-value, not the scores, says whether to alarm.
-            log.info("no split passed the gate at any lambda; scores aggregate all splits")
+            # DEBUG: the result's details say it (gate_fallback), and the live agent's
+            # quiet fits (each history value of a backlog) fall back as a rule.
+            log.debug("no split passed the gate at any lambda; scores aggregate all splits")
             passed = np.ones_like(passed)
         gain = passed * np.clip(np.nan_to_num(val_ratio), 0, None)
         per_lambda = (gain[..., None] * normalised).mean(axis=0)  # (L, A)

@@ -66,7 +66,11 @@ def format_cycle(factor: float) -> str:
 
 
 def _short_time(t: datetime) -> str:
-    return iso(t)[:16] + "Z"
+    """``2026-01-12T06:00Z`` for a time on a whole minute (hourly and daily inspections,
+    as before); with its seconds otherwise (``2026-01-12T06:00:05Z``), so that a
+    one-second source's inspections every 5 s are told apart in the log and the alerts."""
+    text = iso(t)
+    return text[:16] + "Z" if t.second == 0 and t.microsecond == 0 else text
 
 
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from connectors.console import ConsoleSink, ConsoleSinkConfig, render_text
+from connectors.console import ConsoleSink, ConsoleSinkConfig, clock, render_text
 from monitor.summary import format_change
 
 
@@ -86,6 +86,16 @@ def test_console_states_the_incident_event_with_its_onset_or_reason():
     assert render_text(ok).endswith("resolved (returned)")
     ok["incident"]["event"] = None  # an open incident without an event: no line
     assert render_text(ok) == "[OK] demo 2026-01-15T08:00:00Z  No change"
+
+
+def test_console_shows_the_seconds_of_a_one_second_sources_onset():
+    # inspections every 5 s: an onset to the minute would hide which of 12 it was
+    assert clock("2026-12-07T06:07:05Z") == "2026-12-07 06:07:05"
+    assert clock("2026-12-07T06:07:05.889358Z") == "2026-12-07 06:07:05"
+    assert clock("2026-12-07T06:07:00.500000Z") == "2026-12-07 06:07:00"
+    assert clock("2026-01-14T10:00:00Z") == "2026-01-14 10:00"  # hourly: as before
+    assert clock("2026-01-14T10:00Z") == "2026-01-14 10:00"
+    assert clock("not a time") == "not a time"
 
 
 def test_console_only_events_prints_incident_events_only():
