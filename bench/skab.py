@@ -5,6 +5,10 @@ detectors.
 
     python -m bench.skab [--data ../shared/data/skab-dev] [--options ...] [--workers 2]
 
+``--data``: a folder of SKAB's files, flat as skab-dev's copies (``valve2_0.csv.gz``) or
+in SKAB's own folders (its repository's ``data/``: ``valve1/0.csv``, ``other/13.csv``),
+named the same way in the tables (``valve1_0``; :func:`find_files`).
+
 Each file goes through ``mmdwatch backfill --data FILE --start <first row> --end <last row>
 --resample 2s --before 5min --after 30s --every 5s`` (``--options`` replaces the four).
 The label columns (``anomaly``, ``changepoint``) are dropped into a temporary copy first:
@@ -77,13 +81,34 @@ def _default_data() -> Path:
     return beside if beside.exists() else Path("/work/shared/data/skab-dev")
 
 
-def strip_labels(source: Path, folder: Path) -> tuple[Path, pd.DataFrame]:
-    """The file without its label columns (as a user's data), and its change points."""
+def file_name(path: Path, folder: Path) -> str:
+    """A SKAB file's name in the tables: its path below ``folder`` with ``/`` as ``_``,
+    without ``.csv`` or ``.csv.gz``. SKAB's repository keeps its files in folders
+    (``valve1/0.csv``, ``other/13.csv``, ``anomaly-free/anomaly-free.csv``); skab-dev's
+    flat copies are named so (``valve2_0.csv.gz``), and both give ``valve1_0``."""
+    relative = path.relative_to(folder)
+    return "_".join([*relative.parent.parts, _stem(relative)])
+
+
+def find_files(folder: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
+    """(the labelled files, the recordings of normal operation) under ``folder``, each
+    ``(name, path)`` (:func:`file_name`), by name: CSV, gzipped or not, flat or in SKAB's
+    own folders. A recording of normal operation is named ``anomaly-free...``."""
+    paths = sorted({*folder.rglob("*.csv"), *folder.rglob("*.csv.gz")})
+    named = sorted((file_name(p, folder), p) for p in paths)
+    normal = [(n, p) for n, p in named if n.startswith("anomaly-free")]
+    return [(n, p) for n, p in named if not n.startswith("anomaly-free")], normal
+
+
+def strip_labels(source: Path, folder: Path, name: str | None = None
+                 ) -> tuple[Path, pd.DataFrame]:
+    """The file without its label columns (as a user's data), written to ``folder`` as
+    ``name``.csv (default: the source's own name), and its change points."""
     frame = pd.read_csv(source, sep=";")
     if "changepoint" not in frame.columns:
         raise ValueError(f"{source.name} has no changepoint column: not a scored SKAB file")
     truth = frame[["datetime", "changepoint"]].copy()
-    out = folder / source.name.replace(".csv.gz", ".csv")
+    out = folder / f"{name or _stem(source)}.csv"
     frame.drop(columns=["anomaly", "changepoint"]).to_csv(out, sep=";", index=False)
     return out, truth
 
@@ -98,16 +123,19 @@ def normal_recording(source: Path) -> tuple[Path, pd.DataFrame]:
 
 
 class Job(NamedTuple):
-    """One backfill of the bench: the file, its truth, whether it is labelled, and whether
-    it is a piece of the normal recording (:func:`normal_pieces`)."""
+    """One backfill of the bench: the file, its truth, whether it is labelled, whether
+    it is a piece of the normal recording (:func:`normal_pieces`), and its name in the
+    tables (default: the file's own)."""
 
     path: Path
     truth: pd.DataFrame
     labelled: bool
     piece: bool = False
+    name: str | None = None
 
 
-def normal_pieces(source: Path, folder: Path, rows: int) -> list[tuple[Path, pd.DataFrame]]:
+def normal_pieces(source: Path, folder: Path, rows: int, name: str | None = None
+                  ) -> list[tuple[Path, pd.DataFrame]]:
     """The recording of normal operation cut into files of ``rows`` rows (a labelled
     file's length; the rest dropped), each written to ``folder`` as published
     (semicolons) with a truth without change points. Each piece starts its calibration
@@ -119,7 +147,7 @@ def normal_pieces(source: Path, folder: Path, rows: int) -> list[tuple[Path, pd.
     pieces = []
     for k in range(len(frame) // rows):
         piece = frame.iloc[k * rows:(k + 1) * rows]
-        path = folder / f"{_stem(source)}_piece{k + 1}.csv"
+        path = folder / f"{name or _stem(source)}_piece{k + 1}.csv"
         piece.to_csv(path, sep=";", index=False)
         pieces.append((path, piece[["datetime"]].assign(changepoint=0)))
     return pieces
@@ -139,9 +167,10 @@ def _stem(path: Path) -> str:
 
 
 def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path,
-             labelled: bool = True) -> dict[str, object]:
+             labelled: bool = True, name: str | None = None) -> dict[str, object]:
     """One backfill over the whole file, scored. ``labelled``: False for a recording of
-    normal operation (reported apart)."""
+    normal operation (reported apart). ``name``: the file's in the table (default: its
+    own)."""
     first, last = str(truth["datetime"].iloc[0]), str(truth["datetime"].iloc[-1])
     cmd = [sys.executable, "-m", "monitor.cli", "backfill", "--data", str(path),
            "--start", first, "--end", last, *options, "--out", str(out)]
@@ -151,7 +180,7 @@ def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path,
     if proc.returncode != 0:
         raise RuntimeError(f"backfill of {path.name} failed: {proc.stderr[-2000:]}")
     results = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    return {"file": _stem(path), "wall_s": round(wall, 1), "labelled": labelled,
+    return {"file": name or _stem(path), "wall_s": round(wall, 1), "labelled": labelled,
             "scored_h": round(scored_hours(truth), 2), **score(results, truth)}
 
 
@@ -218,7 +247,9 @@ def score(results: list[dict], truth: pd.DataFrame) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=_default_data(), help="folder of SKAB files")
+    ap.add_argument("--data", type=Path, default=_default_data(),
+                    help="folder of SKAB files: flat (skab-dev's valve2_0.csv.gz) or SKAB's "
+                         "own data/ folder (valve1/0.csv, other/13.csv, anomaly-free/...)")
     ap.add_argument("--options", nargs=argparse.REMAINDER, default=None,
                     help="backfill options instead of the four (give them last)")
     ap.add_argument("--workers", type=int, default=2, help="files at once")
@@ -226,24 +257,32 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     options = args.options or OPTIONS
-    files = sorted(p for p in args.data.glob("*.csv.gz") if not p.name.startswith("anomaly-free"))
-    normal = sorted(args.data.glob("anomaly-free*.csv.gz"))
+    files, normal = find_files(args.data)
     if not files:
-        log.error("no SKAB files under %s; pass --data", args.data)
+        log.error("no SKAB files (.csv or .csv.gz) under %s; pass --data", args.data)
         return 2
     load = machine_load()
     with tempfile.TemporaryDirectory(prefix="skab-") as tmp:
         folder = Path(tmp)
-        jobs = [Job(*strip_labels(source, folder), labelled=True) for source in files]
+        jobs = []
+        for name, source in files:
+            try:
+                jobs.append(Job(*strip_labels(source, folder, name), labelled=True, name=name))
+            except ValueError as exc:  # another CSV in the folder (a result, a notes file)
+                log.warning("skipped %s: %s", source, exc)
+        if not jobs:
+            log.error("no labelled SKAB file under %s; pass --data", args.data)
+            return 2
         piece_rows = int(pd.Series([len(job.truth) for job in jobs]).median())
-        for source in normal:
-            jobs.append(Job(*normal_recording(source), labelled=False))
+        for name, source in normal:
+            jobs.append(Job(*normal_recording(source), labelled=False, name=name))
             jobs += [Job(path, truth, labelled=False, piece=True)
-                     for path, truth in normal_pieces(source, folder, piece_rows)]
+                     for path, truth in normal_pieces(source, folder, piece_rows, name)]
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
             rows = list(pool.map(
                 lambda job: {**run_file(job.path, job.truth, options,
-                                        folder / f"{_stem(job.path)}.jsonl", job.labelled),
+                                        folder / f"{job.name or _stem(job.path)}.jsonl",
+                                        job.labelled, job.name),
                              "piece": job.piece}, jobs))
     table = pd.DataFrame(rows)
     for row in rows:

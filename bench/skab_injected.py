@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="skab_injected", help="results under bench/results/NAME.*")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    normal = sorted(args.data.glob("anomaly-free*.csv.gz"))
+    normal = [path for _, path in skab.find_files(args.data)[1]]
     if not normal:
         log.error("no anomaly-free recording under %s; pass --data", args.data)
         return 2

@@ -16,10 +16,12 @@ from bench.skab import (
     OPTIONS,
     SCORED_FROM_ROW,
     _write_markdown,
+    find_files,
     normal_pieces,
     normal_recording,
     score,
     scored_hours,
+    strip_labels,
 )
 
 T0 = pd.Timestamp("2020-03-09T12:00:00")
@@ -162,3 +164,35 @@ def test_the_pieces_are_summed_apart(tmp_path: Path) -> None:
     text = out.read_text()
     assert "cut into 2 files of a labelled file's length" in text
     assert "1 false positives in 0.45 scored hours (0.50 a file)" in text
+
+
+def test_skabs_own_folders_and_the_flat_copies_are_found_and_named_alike(tmp_path: Path
+                                                                         ) -> None:
+    # SKAB's repository keeps data/valve1/0.csv ...; skab-dev's copies are flat and gzipped
+    own, flat = tmp_path / "data", tmp_path / "flat"
+    for path in (own / "valve1" / "0.csv", own / "other" / "13.csv",
+                 own / "anomaly-free" / "anomaly-free.csv", flat / "valve1_0.csv.gz",
+                 flat / "anomaly-free_anomaly-free.csv.gz"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    files, normal = find_files(own)
+    assert [name for name, _ in files] == ["other_13", "valve1_0"]
+    assert [name for name, _ in normal] == ["anomaly-free_anomaly-free"]
+    assert dict(files)["valve1_0"] == own / "valve1" / "0.csv"
+    files, normal = find_files(flat)
+    assert [name for name, _ in files] == ["valve1_0"]
+    assert [name for name, _ in normal] == ["anomaly-free_anomaly-free"]
+
+
+def test_files_of_the_same_name_in_two_folders_keep_apart(tmp_path: Path) -> None:
+    # valve1/0.csv and valve2/0.csv: their label-free copies must not overwrite each other
+    rows = "datetime;Pressure;anomaly;changepoint\n2020-03-09 12:00:00;{};0;0\n"
+    for folder, value in (("valve1", 1.0), ("valve2", 2.0)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "0.csv").write_text(rows.format(value))
+    out = tmp_path / "out"
+    out.mkdir()
+    written = [strip_labels(path, out, name)[0] for name, path in find_files(tmp_path)[0]]
+    assert [p.name for p in written] == ["valve1_0.csv", "valve2_0.csv"]
+    assert [pd.read_csv(p, sep=";")["Pressure"].tolist() for p in written] == [[1.0], [2.0]]
+    assert list(pd.read_csv(written[0], sep=";").columns) == ["datetime", "Pressure"]
