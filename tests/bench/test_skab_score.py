@@ -196,3 +196,10 @@ def test_files_of_the_same_name_in_two_folders_keep_apart(tmp_path: Path) -> Non
     assert [p.name for p in written] == ["valve1_0.csv", "valve2_0.csv"]
     assert [pd.read_csv(p, sep=";")["Pressure"].tolist() for p in written] == [[1.0], [2.0]]
     assert list(pd.read_csv(written[0], sep=";").columns) == ["datetime", "Pressure"]
+
+
+def test_a_file_of_at_most_400_rows_has_nothing_scored() -> None:
+    truth = _truth([100, 300], n=SCORED_FROM_ROW)
+    scored = score([_result(350, "ok"), _result(390, "firing")], truth)
+    assert (scored["change_points"], scored["missed"], scored["false_positives"]) == (0, 0, 0)
+    assert scored_hours(truth) == 0.0
