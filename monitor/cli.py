@@ -312,6 +312,7 @@ def _window_reader(config: Any) -> tuple[Any, Any]:
 
     read.first_time = windows.first_time  # type: ignore[attr-defined]
     read.watermark = windows.watermark  # type: ignore[attr-defined]
+    read.source = windows  # type: ignore[attr-defined]  # named in messages (its repr)
     return read, windows.close
 
 
@@ -321,11 +322,14 @@ def _against_the_data(read: Any, inspector: Any, start: Any, end: Any
     and newest reading are asked once: (where none of their windows holds a reading, what
     to say: the data's range and the fix, else None; the warnings for inspections whose
     windows lie wholly before the first or after the last reading, whose results will be
-    errors). Where the source cannot tell its range, (None, []): each result says it.
+    errors). A source that holds no reading at all is named, with the fix. Where the
+    source cannot tell its oldest reading (InfluxDB), only its newest is checked; where it
+    cannot tell either, (None, []): each result says it.
 
     Why: a data file whose times carry an offset (``+03:00``) is read in UTC, as ``--at``
     or ``--start`` without an offset is; such a backfill wrote an ``error`` result at each
-    of its 241 inspections, each saying no more than that its window held no reading."""
+    of its 241 inspections, each saying no more than that its window held no reading. So
+    did a backfill of an InfluxDB measurement that held nothing (a misspelt name)."""
     import pandas as pd
 
     from connectors.timeutil import to_utc
@@ -335,10 +339,20 @@ def _against_the_data(read: Any, inspector: Any, start: Any, end: Any
     except Exception:  # the source cannot say: each result says it
         log.debug("the source's range is not known", exc_info=True)
         return None, []
-    if first is None or last is None:
-        return None, []
-    first, last, start, end = to_utc(first), to_utc(last), to_utc(start), to_utc(end)
+    if last is None:
+        source = getattr(read, "source", "the source")
+        return (f"{source!r} holds no reading: check the source's keys in the config (an "
+                "InfluxDB measurement, field and tags are matched exactly, case included), "
+                "or load the data first"), []
+    last, start, end = to_utc(last), to_utc(start), to_utc(end)
     before, after = pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
+    if first is None:  # the newest reading alone
+        if start - before > last:
+            return (f"the data's newest reading is at {last.isoformat()}, before every "
+                    f"window from {(start - before).isoformat()} on; set the times inside "
+                    "the data's range. A time without an offset is read as UTC"), []
+        return None, []
+    first = to_utc(first)
     held = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
     if start - before > last or end + after < first:
         return (f"{held}, and no window from {(start - before).isoformat()} to "

@@ -297,20 +297,25 @@ class Inspector:
     def _windows_many(self, times: Sequence[datetime], read_window: ReadWindow
                       ) -> dict[datetime, Windows]:
         """The windows at each of ``times`` that can be built (the others are left out),
-        from ONE read of their span binned once (:class:`monitor.windows.BinnedSpan`)."""
-        from monitor.windows import BinnedSpan, WindowError
+        from ONE read of their span binned once (:class:`monitor.windows.BinnedSpan`) for
+        each grid their before windows start on (:func:`monitor.windows.grid_groups`).
 
-        if not times:
-            return {}
-        first, _, _ = self.spec.bounds(min(times))
-        last = self.spec.read_end(max(times))
-        span = BinnedSpan(read_window(first, last), first, last, self.spec)
+        One read per grid, not one for all: a source that bins on its server (InfluxDB,
+        ``GROUP BY time(2s, offset)``) aligns the bins to the read's start, so windows on
+        another grid (5-s inspections in 2-s bins start on even and on odd seconds) were
+        sliced from bins a second off theirs, unlike the same window read alone."""
+        from monitor.windows import BinnedSpan, WindowError, grid_groups
+
         out: dict[datetime, Windows] = {}
-        for t in times:
-            try:
-                out[t] = span.windows(t)
-            except WindowError:
-                continue
+        for group in grid_groups(times, self.spec):
+            first, _, _ = self.spec.bounds(min(group))
+            last = self.spec.read_end(max(group))
+            span = BinnedSpan(read_window(first, last), first, last, self.spec)
+            for t in group:
+                try:
+                    out[t] = span.windows(t)
+                except WindowError:
+                    continue
         return out
 
     def detect(self, t: datetime, read_window: ReadWindow) -> HistoryValue | None:

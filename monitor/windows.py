@@ -41,7 +41,7 @@ noisy or freeze at an unchanged mean (docs/decision.md, "The spread channels").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -407,6 +407,18 @@ def normalise(before: pd.DataFrame, after: pd.DataFrame, how: Normalise
         sd = sd.where(sd_ok, 1.0)
         return (before - mu) / sd, (after - mu) / sd, notes
     raise ValueError(f"unknown normalise {how!r}; use one of {', '.join(NORMALISE)}")
+
+
+def grid_groups(times: Sequence[datetime], spec: WindowSpec) -> list[list[datetime]]:
+    """``times`` grouped by the grid their before windows start on (the start's offset
+    modulo ``spec.resample``), each group in the order given: one group at an hourly
+    cadence, two for 5-second inspections in 2-second bins."""
+    step = pd.Timedelta(spec.resample)
+    epoch = pd.Timestamp(0, tz="UTC")
+    groups: dict[pd.Timedelta, list[datetime]] = {}
+    for t in times:
+        groups.setdefault((spec.bounds(t)[0] - epoch) % step, []).append(t)
+    return list(groups.values())
 
 
 class BinnedSpan:
