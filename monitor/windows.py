@@ -186,16 +186,59 @@ SPREAD_MIN_READINGS = 6
 SPREAD_FLOOR = 0.1
 
 
+#: columns of readings a source binned itself (InfluxDB's ``GROUP BY time``): each row a
+#: bin, ``value`` its aggregate, and the standard deviation and count of the readings in it
+BIN_SD, BIN_COUNT = "sd", "n"
+
+
 def resample_spread(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
                     period: timedelta) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The standard deviation of each sensor's readings in each bin of
     :func:`resample_window` (NaN with fewer than 2), and how many readings each bin
-    holds: two wide frames of its shape."""
+    holds: two wide frames of its shape. Readings a source binned itself (columns
+    :data:`BIN_SD` and :data:`BIN_COUNT`, its bins on these) give their own."""
+    if BIN_COUNT in readings.columns:
+        return _prebinned_spread(readings, start, end, period)
     index, grouped = _binned(readings, start, end, period)
     if grouped is None:
         empty = pd.DataFrame(index=index, dtype=float)
         return empty, empty
     return _wide(grouped.std(), index), _wide(grouped.count(), index)
+
+
+def _prebinned_spread(bins: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
+                      period: timedelta) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`resample_spread` of a source's own bins (InfluxDB: ``stddev`` and ``count``
+    per bin, the sample standard deviation as pandas' ``std``). A bin of ours holds one
+    of the source's where their grids agree, as the windows read do
+    (:func:`grid_groups`): its spread is the source's. Where several fall in one, their
+    spreads are pooled about their values (exact for ``aggregate: mean``)."""
+    step = pd.Timedelta(period)
+    index = pd.date_range(start, periods=int((end - start) / step), freq=step, name="time")
+    times = bins["time"]
+    part = bins.loc[(times >= start) & (times < end)]
+    part = part[np.isfinite(part["value"].to_numpy(dtype=float))
+                & (part[BIN_COUNT].to_numpy(dtype=float) > 0)]
+    if part.empty:
+        empty = pd.DataFrame(index=index, dtype=float)
+        return empty, empty
+    n = part[BIN_COUNT].to_numpy(dtype=float)
+    value = part["value"].to_numpy(dtype=float)
+    sd = part[BIN_SD].to_numpy(dtype=float)  # NaN for a bin of one reading
+    frame = pd.DataFrame({"_bin": ((part["time"] - start) // step).to_numpy(dtype=np.int64),
+                          "sensor": part["sensor"].to_numpy(), "n": n, "sd": sd,
+                          "s1": n * value,
+                          "ss": np.nan_to_num((n - 1) * sd ** 2) + n * value ** 2})
+    grouped = frame.groupby(["_bin", "sensor"], sort=False)
+    total = grouped["n"].sum()
+    if grouped.ngroups == len(frame):  # one of the source's bins in each of ours
+        spread = frame.set_index(["_bin", "sensor"])["sd"]
+    else:
+        sums = grouped[["s1", "ss"]].sum()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            var = (sums["ss"] - sums["s1"] ** 2 / total) / (total - 1)
+        spread = np.sqrt(var.clip(lower=0)).where(total > 1)
+    return _wide(spread, index), _wide(total, index)
 
 
 @dataclass(frozen=True)

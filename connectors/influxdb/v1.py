@@ -43,7 +43,10 @@ def window_query(config: InfluxSourceConfig, measurement_ref: str, start: pd.Tim
         raise InfluxQueryError(f"resample {resample!r} must be a positive duration like '1h'")
     start_s = int(pd.Timestamp(start).timestamp())
     offset = start_s % step  # bins aligned to the window start, not to the epoch
-    return (f"SELECT {fn}({field}) FROM {measurement_ref} WHERE {where} "
+    # the standard deviation and count of each bin's points beside its aggregate: the
+    # spread channels of the calibrated rule need them (docs/influxdb.md)
+    return (f"SELECT {fn}({field}) AS \"value\", stddev({field}) AS \"sd\", "
+            f"count({field}) AS \"n\" FROM {measurement_ref} WHERE {where} "
             f"GROUP BY time({step}s, {offset}s), {tag} fill(none)")
 
 
@@ -65,10 +68,15 @@ def tag_filters(config: InfluxSourceConfig) -> list[str]:
 
 
 def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFrame:
-    """InfluxDB JSON series (epoch=ms) -> long frame ``time, sensor, value``."""
+    """InfluxDB JSON series (epoch=ms) -> long frame ``time, sensor, value``; binned by
+    the server (:func:`window_query` with ``resample``), also each bin's standard deviation
+    and count of points (``sd``, ``n``: :data:`monitor.windows.BIN_SD`, ``BIN_COUNT``)."""
     times: list[np.ndarray] = []
     values: list[np.ndarray] = []
     sensors: list[np.ndarray] = []
+    extra: dict[str, list[np.ndarray]] = {"sd": [], "n": []}
+    binned = bool(series) and all(
+        {"sd", "n"} <= set(s.get("columns") or []) for s in series if s.get("values"))
     for s in series:
         rows = s.get("values") or []
         if not rows:
@@ -80,10 +88,18 @@ def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFra
                 "sensor_tag to the tag that holds the sensor id (SHOW TAG KEYS lists them)")
         arr = np.asarray(rows, dtype=object)
         t = arr[:, 0].astype(np.int64)
-        v = pd.to_numeric(pd.Series(arr[:, 1]), errors="coerce").to_numpy(dtype=float)
+        columns = list(s.get("columns") or [])
+        at = columns.index("value") if binned else 1
+
+        def number(k: int, a: np.ndarray = arr) -> np.ndarray:
+            return pd.to_numeric(pd.Series(a[:, k]), errors="coerce").to_numpy(dtype=float)
+
         times.append(t)
-        values.append(v)
+        values.append(number(at))
         sensors.append(np.full(len(t), sensor, dtype=object))
+        if binned:
+            for name, parts in extra.items():
+                parts.append(number(columns.index(name)))
     if not times:
         return pd.DataFrame({"time": pd.Series([], dtype="datetime64[ns, UTC]"),
                              "sensor": pd.Series([], dtype=object),
@@ -92,6 +108,7 @@ def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFra
         "time": pd.to_datetime(np.concatenate(times), unit="ms", utc=True),
         "sensor": np.concatenate(sensors),
         "value": np.concatenate(values),
+        **({name: np.concatenate(parts) for name, parts in extra.items()} if binned else {}),
     })
     return frame[np.isfinite(frame["value"].to_numpy())].reset_index(drop=True)
 

@@ -1,5 +1,7 @@
-"""One-second readings from a real influxd give the backfill a file of the same readings
-gives (issue 29, "Any cadence"), and a measurement that holds nothing is refused.
+"""The same readings from a real influxd and from a file give the same results: one-second
+readings in 2-s bins every 5 s (issue 29, "Any cadence"), and 5-minute readings in hourly
+bins with a sensor that turns noisy, which only the spread channels see. A measurement
+that holds nothing is refused.
 
 InfluxDB bins on its server, aligned to the start of each read (``GROUP BY time(2s,
 offset)``). A backfill reads the span of many windows at once; 5-second inspections in
@@ -93,3 +95,39 @@ def test_a_measurement_that_holds_nothing_is_refused_with_the_fix(tmp_path, infl
     assert "measurement='Pump') holds no reading: check the source's keys" in done.stderr
     assert "case included" in done.stderr
     assert not out.exists() or not out.read_text().strip()  # no page of error results
+
+
+def test_a_sensor_turning_noisy_is_seen_from_influxdb_as_from_a_file(tmp_path, influxd):
+    # InfluxDB bins on its server: until 2026-12-07 each bin came back as its mean alone,
+    # so the spread channels (docs/decision.md), which need the readings' spread inside
+    # each bin, were off with this source, and such a sensor went unseen
+    rng = np.random.default_rng(28)
+    times = pd.date_range("2024-03-01", periods=10 * 288, freq="5min", tz="UTC")
+    names = [f"s{k}" for k in range(6)]
+    values = 50.0 + rng.normal(0.0, 0.5, (len(times), len(names)))
+    noisy = times >= pd.Timestamp("2024-03-09", tz="UTC")
+    values[noisy, 2] += rng.normal(0.0, 3.0, int(noisy.sum()))  # s2: same mean, noisier
+    influxd.create_database("scada")
+    influxd.write_lines("scada", [f"pressure,sensor={s} value={float(values[i, k])!r} "
+                                  f"{int(t.timestamp())}"
+                                  for i, t in enumerate(times) for k, s in enumerate(names)])
+    data = tmp_path / "pressures.csv"
+    frame = pd.DataFrame(values, columns=names)
+    frame.insert(0, "time", times.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    frame.to_csv(data, index=False)
+    config = tmp_path / "influx.yaml"
+    config.write_text(yaml.safe_dump({
+        "site": "net", "state_dir": str(tmp_path / "state"),
+        "source": {"type": "influxdb", "url": influxd.url, "database": "scada",
+                   "measurement": "pressure", "sensor_tag": "sensor", "field": "value"},
+        "sinks": []}))
+    at = ["--at", "2024-03-09T04:00:00Z"]
+    a = json.loads(mmdwatch("inspect", "--config", str(config), *at).stdout)
+    b = json.loads(mmdwatch("inspect", "--data", str(data), "--site", "net", *at).stdout)
+    assert a["detection"]["value"] == pytest.approx(b["detection"]["value"], rel=1e-9)
+    rows_a = {r["sensor_id"]: r for r in a["sensors"]}
+    rows_b = {r["sensor_id"]: r for r in b["sensors"]}
+    for name in names:
+        assert rows_a[name]["z_spread"] == pytest.approx(rows_b[name]["z_spread"], rel=1e-6)
+    assert a["sensors"][0]["sensor_id"] == "s2"
+    assert a["sensors"][0]["z_spread"] > 5 > abs(a["sensors"][0]["z"])
