@@ -183,7 +183,8 @@ class DecisionConfig(_Section):
                                     description="quiet time that resolves an incident")
     local_level: Duration = Field(timedelta(hours=24),
                                   description="latest part of the before window compared")
-    common_modes: int = Field(1, ge=0, le=10, description="network-wide modes removed")
+    common_modes: int = Field(1, ge=0, le=10, description="network-wide modes removed "
+                              "(one per 8 sensors at most)")
     daily_profile: bool = Field(
         True, description="remove each sensor's hour-of-day profile (false: the window "
         "mean alone, for data without a daily cycle); derived: true when windows.before "

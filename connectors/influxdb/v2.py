@@ -77,8 +77,12 @@ class FluxSource(InfluxReader):
         if resample is not None:
             step = int(pd.Timedelta(resample).total_seconds())
             fn = AGGREGATES.get(aggregate, "mean")
-            flux += (f"  |> aggregateWindow(every: {step}s, fn: {fn}, createEmpty: false,"
-                     " timeSrc: \"_start\")\n")
+            # bins aligned to the window start, as the v1 reader's: without the offset
+            # they fell on the epoch's grid, a second off the windows that start on odd
+            # seconds (5-s inspections in 2-s bins)
+            offset = int(pd.Timestamp(start).timestamp()) % step
+            flux += (f"  |> aggregateWindow(every: {step}s, offset: {offset}s, fn: {fn}, "
+                     "createEmpty: false, timeSrc: \"_start\")\n")
         flux += f"  |> keep(columns: [\"_time\", \"_value\", {_flux_string(c.sensor_tag)}])\n"
         return flux
 

@@ -66,3 +66,24 @@ def test_the_readers_share_a_config_module_and_never_import_each_other():
 
     for module in graph:
         visit(module, ())
+
+
+def test_the_flux_bins_start_at_the_window_as_the_influxql_ones():
+    # 5-s inspections in 2-s bins: a window that starts on an odd second needs bins on
+    # odd seconds (the Flux text alone: no 2.x server here)
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from connectors.influxdb.v1 import window_query
+    from connectors.influxdb.v2 import FluxSource
+
+    config = InfluxSourceConfig(**{**BASE, "api": "v2", "org": "o", "bucket": "b",
+                                   "token": "t"})
+    start, end = pd.Timestamp("2020-03-09T16:11:35Z"), pd.Timestamp("2020-03-09T16:17:05Z")
+    flux = FluxSource._flux(SimpleNamespace(config=config), start, end, "2s", "mean")
+    assert "aggregateWindow(every: 2s, offset: 1s, fn: mean," in flux
+    influxql = window_query(InfluxSourceConfig(**{**BASE, "database": "d"}), '"d".."m"',
+                            start, end, "2s", "mean")
+    assert "GROUP BY time(2s, 1s)" in influxql
+    assert 'stddev("value") AS "sd", count("value") AS "n"' in influxql

@@ -377,3 +377,31 @@ def test_principal_directions_are_the_svds(shape: tuple[int, int, int], modes: i
     projection = got @ np.swapaxes(got, 1, 2)
     assert np.abs(projection - want @ np.swapaxes(want, 1, 2)).max() < 1e-12
     assert np.array_equal(got[0], want[0])
+
+
+def test_principal_directions_are_removed_only_with_eight_sensors_each() -> None:
+    from engine.live.residual_shift import learnable_modes
+
+    assert [learnable_modes(1, d) for d in (2, 3, 7, 8, 30)] == [0, 0, 0, 1, 1]
+    assert [learnable_modes(2, d) for d in (8, 15, 16, 300)] == [1, 1, 2, 2]
+    assert learnable_modes(0, 30) == 0
+
+
+def test_one_sensors_step_stays_on_it_among_few_sensors() -> None:
+    """With three sensors a principal direction of the before window is mostly its noise:
+    projected out, it moved one sensor's step onto the others, and in 61 of these 200
+    windows another sensor had the largest |z| (1 of 200 now, as with no direction
+    removed)."""
+    from engine.live.residual_shift import detect_many
+
+    rng = np.random.default_rng(0)
+    settings = DetectorSettings(local_level_rows=8, daily_profile=False, weekly_profile=False)
+    index = pd.date_range("2024-01-01", periods=70, freq="2s")
+    pairs = []
+    for _ in range(200):
+        x = rng.standard_normal((70, 3))
+        x[60:, 0] -= 3.0  # the after window's 10 rows: 3 standard deviations down
+        frame = pd.DataFrame(x, index=index, columns=["flow", "pressure", "current"])
+        pairs.append((frame.iloc[:60], frame.iloc[60:]))
+    named = [d.z.abs().idxmax() for d in detect_many(pairs, settings)]
+    assert named.count("flow") >= 195

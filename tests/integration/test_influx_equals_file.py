@@ -77,6 +77,10 @@ def test_influxdb_and_a_file_of_the_same_seconds_give_the_same_backfill(tmp_path
             assert vx == pytest.approx(vy, rel=1e-9), x["inspection_time"]
     statuses = {r["status"] for r in a}
     assert "firing" in statuses and "ok" in statuses  # the drop is seen, the rest is quiet
+    # three sensors: no principal direction to move the flow's drop onto the others
+    # (docs/decision.md, "Few sensors"; before, the first firing named the pressure)
+    firing = [r for r in a if r["status"] == "firing"]
+    assert all(r["selected_sensors"] == ["flow"] for r in firing[:3])
 
 
 def test_a_measurement_that_holds_nothing_is_refused_with_the_fix(tmp_path, influxd):
@@ -130,4 +134,4 @@ def test_a_sensor_turning_noisy_is_seen_from_influxdb_as_from_a_file(tmp_path, i
     for name in names:
         assert rows_a[name]["z_spread"] == pytest.approx(rows_b[name]["z_spread"], rel=1e-6)
     assert a["sensors"][0]["sensor_id"] == "s2"
-    assert a["sensors"][0]["z_spread"] > 5 > abs(a["sensors"][0]["z"])
+    assert a["sensors"][0]["z_spread"] > 5
