@@ -40,6 +40,18 @@ def _readings() -> pd.DataFrame:
     return frame[rng.random(SECONDS) > 0.05].reset_index(drop=True)
 
 
+def _one_second_config(folder, url: str, measurement: str):
+    """An agent config reading ``plant``.``measurement`` with the windows of ``FOUR``."""
+    config = folder / "influx.yaml"
+    config.write_text(yaml.safe_dump({
+        "site": "pump", "state_dir": str(folder / "state"),
+        "source": {"type": "influxdb", "url": url, "database": "plant",
+                   "measurement": measurement, "sensor_tag": "sensor", "field": "value"},
+        "windows": {"before": "2min", "after": "20s", "resample": "2s"},
+        "schedule": {"every": "5s"}, "sinks": []}))
+    return config
+
+
 def _results(out) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
@@ -53,13 +65,7 @@ def test_influxdb_and_a_file_of_the_same_seconds_give_the_same_backfill(tmp_path
     data = tmp_path / "pump.csv"
     frame.assign(datetime=frame["datetime"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(
         data, index=False)
-    config = tmp_path / "influx.yaml"
-    config.write_text(yaml.safe_dump({
-        "site": "pump", "state_dir": str(tmp_path / "state"),
-        "source": {"type": "influxdb", "url": influxd.url, "database": "plant",
-                   "measurement": "pump", "sensor_tag": "sensor", "field": "value"},
-        "windows": {"before": "2min", "after": "20s", "resample": "2s"},
-        "schedule": {"every": "5s"}, "sinks": []}))
+    config = _one_second_config(tmp_path, influxd.url, "pump")
     span = ["--start", "2020-03-09T16:02:00Z", "--end", "2020-03-09T16:11:30Z"]
     from_influx, from_file = tmp_path / "influx.jsonl", tmp_path / "file.jsonl"
     mmdwatch("backfill", "--config", str(config), *span, "--out", str(from_influx))
@@ -85,13 +91,7 @@ def test_influxdb_and_a_file_of_the_same_seconds_give_the_same_backfill(tmp_path
 
 def test_a_measurement_that_holds_nothing_is_refused_with_the_fix(tmp_path, influxd):
     influxd.create_database("plant")
-    config = tmp_path / "influx.yaml"
-    config.write_text(yaml.safe_dump({
-        "site": "pump", "state_dir": str(tmp_path / "state"),
-        "source": {"type": "influxdb", "url": influxd.url, "database": "plant",
-                   "measurement": "Pump", "sensor_tag": "sensor", "field": "value"},
-        "windows": {"before": "2min", "after": "20s", "resample": "2s"},
-        "schedule": {"every": "5s"}, "sinks": []}))
+    config = _one_second_config(tmp_path, influxd.url, "Pump")  # the data are in "pump"
     out = tmp_path / "out.jsonl"
     done = mmdwatch("backfill", "--config", str(config), "--start", "2020-03-09T16:02:00Z",
                     "--end", "2020-03-09T16:03:00Z", "--out", str(out))
