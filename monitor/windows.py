@@ -78,12 +78,16 @@ class WindowIncomplete(WindowError):
         self.data_end = data_end
         self.end = end
         if message is None:
-            reached = ("no reading in it yet" if data_end is None
-                       else f"the data reaches {data_end.isoformat()}")
+            # the readings read reach LOOKAHEAD_BINS past the window: a hole longer than
+            # that after it reads as the data's end, so neither is claimed (on SKAB's
+            # 64-s hole, 10 results said the data ended where it paused)
+            reached = ("no reading in it" if data_end is None
+                       else f"its readings stop at {data_end.isoformat()}")
             message = (f"the after window is covered to {covered:.0%} by the data "
                        f"({reached}, the window ends {end.isoformat()}); nothing is filled "
                        "past the data: inspect this time again once the data reaches the "
-                       "window's end")
+                       "window's end (where the data goes on after a hole, the times past "
+                       "the hole run as usual)")
         super().__init__(message)
 
 
