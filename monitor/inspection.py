@@ -316,7 +316,7 @@ class Inspector:
                     out[t] = span.windows(t)
                 except WindowError:
                     continue
-        return out
+        return {t: out[t] for t in times if t in out}  # in the order given, as before
 
     def detect(self, t: datetime, read_window: ReadWindow) -> HistoryValue | None:
         """Both statistics alone at ``t`` (one history value), None on bad data."""
