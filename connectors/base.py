@@ -91,6 +91,12 @@ class StreamSource(abc.ABC):
         return {}
 
 
+#: columns beside ``value`` of a window a source binned itself (``read_window`` with
+#: ``resample``; InfluxDB's ``GROUP BY time``): each bin's standard deviation and count of
+#: readings, which the spread channels need (docs/decision.md, "The spread channels")
+BIN_SD, BIN_COUNT = "sd", "n"
+
+
 class WindowSource(abc.ABC):
     """Answers window queries directly (the readings already live in a database or file)."""
 
@@ -118,7 +124,7 @@ class WindowSource(abc.ABC):
         Columns ``time`` (tz-aware UTC Timestamps), ``sensor`` (str), ``value`` (float).
         With ``resample`` (e.g. ``"1h"``) the source may aggregate server-side, bins
         aligned to ``start``; the monitor resamples again either way, so doing it here is
-        only an optimisation.
+        only an optimisation. Such bins also carry :data:`BIN_SD` and :data:`BIN_COUNT`.
         """
 
     @abc.abstractmethod

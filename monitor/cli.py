@@ -345,21 +345,18 @@ def _against_the_data(read: Any, inspector: Any, start: Any, end: Any
                 "InfluxDB measurement, field and tags are matched exactly, case included), "
                 "or load the data first"), []
     last, start, end = to_utc(last), to_utc(start), to_utc(end)
+    first = None if first is None else to_utc(first)
     before, after = pd.Timedelta(inspector.spec.before), pd.Timedelta(inspector.spec.after)
-    if first is None:  # the newest reading alone
-        if start - before > last:
-            return (f"the data's newest reading is at {last.isoformat()}, before every "
-                    f"window from {(start - before).isoformat()} on; set the times inside "
-                    "the data's range. A time without an offset is read as UTC"), []
-        return None, []
-    first = to_utc(first)
-    held = f"the data holds readings from {first.isoformat()} to {last.isoformat()}"
-    if start - before > last or end + after < first:
+    held = (f"the data's newest reading is at {last.isoformat()}" if first is None else
+            f"the data holds readings from {first.isoformat()} to {last.isoformat()}")
+    if start - before > last or (first is not None and end + after < first):
         return (f"{held}, and no window from {(start - before).isoformat()} to "
                 f"{(end + after).isoformat()} holds one; set the times inside the data's "
                 "range. A time without an offset is read as UTC, in the options as in the "
                 "data: give the times the data's offset (such as 2020-03-09T16:16:30+03:00)"
                 ), []
+    if first is None:  # the newest reading alone (InfluxDB): the refusal, no warnings
+        return None, []
     warnings = []
     if start + after < first:
         warnings.append(f"{held}; inspections before {(first - after).isoformat()} have no "

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from connectors.base import BIN_COUNT, BIN_SD
 from connectors.timeutil import format_duration, to_utc
 from engine.live.residual_shift import SpreadChannels
 from monitor.names import NORMALISE, Normalise
@@ -190,17 +191,12 @@ SPREAD_MIN_READINGS = 6
 SPREAD_FLOOR = 0.1
 
 
-#: columns of readings a source binned itself (InfluxDB's ``GROUP BY time``): each row a
-#: bin, ``value`` its aggregate, and the standard deviation and count of the readings in it
-BIN_SD, BIN_COUNT = "sd", "n"
-
-
 def resample_spread(readings: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp,
                     period: timedelta) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The standard deviation of each sensor's readings in each bin of
     :func:`resample_window` (NaN with fewer than 2), and how many readings each bin
     holds: two wide frames of its shape. Readings a source binned itself (columns
-    :data:`BIN_SD` and :data:`BIN_COUNT`, its bins on these) give their own."""
+    :data:`connectors.base.BIN_SD` and ``BIN_COUNT``, its bins on these) give their own."""
     if BIN_COUNT in readings.columns:
         return _prebinned_spread(readings, start, end, period)
     index, grouped = _binned(readings, start, end, period)
@@ -478,8 +474,10 @@ class BinnedSpan:
     slice of its bins, holding the sensors with a reading in it (what
     :func:`resample_window` gives, value for value: the same readings fall in the same
     bin, in the same order). The grid of each offset the windows start at is binned when
-    first needed: one at an hourly cadence, two for 5-second inspections in 2-second
-    bins (windows start on even and on odd seconds). :meth:`windows` falls back to
+    first needed. ``Inspector._windows_many`` gives each span the windows of one grid
+    (:func:`grid_groups`), read from that grid's start, so a source that bins on its
+    server bins on it too; windows on several grids (5-second inspections in 2-second
+    bins) still slice right from raw readings. :meth:`windows` falls back to
     :func:`build_windows` over the readings for a window outside the span.
     """
 

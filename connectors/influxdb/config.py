@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+import pandas as pd
 from pydantic import Field, model_validator
 
 from connectors.base import WindowSource
@@ -17,6 +18,15 @@ AGGREGATES: dict[str, str] = {
     "mean": "mean", "median": "median", "min": "min", "max": "max", "sum": "sum",
     "first": "first", "last": "last",
 }
+
+
+def bin_grid(start: pd.Timestamp, resample: str) -> tuple[int, int]:
+    """``(step, offset)`` in seconds of the server's bins for a window from ``start``:
+    ``resample`` wide, aligned to the window start (``start mod step``), not to the
+    epoch, as the monitor's own bins are. ``step`` 0 or less: ``resample`` is not a
+    positive duration."""
+    step = int(pd.Timedelta(resample).total_seconds())
+    return step, (int(pd.Timestamp(start).timestamp()) % step if step > 0 else 0)
 
 
 class InfluxSourceConfig(InfluxConnectionConfig):

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from connectors.influxdb.config import AGGREGATES, InfluxReader, InfluxSourceConfig
+from connectors.base import BIN_COUNT, BIN_SD
+from connectors.influxdb.config import AGGREGATES, InfluxReader, InfluxSourceConfig, bin_grid
 from connectors.influxdb.http import InfluxHttp, InfluxQueryError, _quote_ident
 from connectors.timeutil import to_utc
 
@@ -38,15 +39,13 @@ def window_query(config: InfluxSourceConfig, measurement_ref: str, start: pd.Tim
     except KeyError:
         raise InfluxQueryError(f"aggregate {aggregate!r} has no InfluxQL equivalent; use one "
                                f"of {', '.join(AGGREGATES)}") from None
-    step = int(pd.Timedelta(resample).total_seconds())
+    step, offset = bin_grid(start, resample)
     if step <= 0:
         raise InfluxQueryError(f"resample {resample!r} must be a positive duration like '1h'")
-    start_s = int(pd.Timestamp(start).timestamp())
-    offset = start_s % step  # bins aligned to the window start, not to the epoch
     # the standard deviation and count of each bin's points beside its aggregate: the
     # spread channels of the calibrated rule need them (docs/influxdb.md)
-    return (f"SELECT {fn}({field}) AS \"value\", stddev({field}) AS \"sd\", "
-            f"count({field}) AS \"n\" FROM {measurement_ref} WHERE {where} "
+    return (f"SELECT {fn}({field}) AS \"value\", stddev({field}) AS \"{BIN_SD}\", "
+            f"count({field}) AS \"{BIN_COUNT}\" FROM {measurement_ref} WHERE {where} "
             f"GROUP BY time({step}s, {offset}s), {tag} fill(none)")
 
 
@@ -67,16 +66,21 @@ def tag_filters(config: InfluxSourceConfig) -> list[str]:
     return out
 
 
+def _numbers(rows: np.ndarray, k: int) -> np.ndarray:
+    """Column ``k`` of a series' rows as floats (NaN where not a number)."""
+    return pd.to_numeric(pd.Series(rows[:, k]), errors="coerce").to_numpy(dtype=float)
+
+
 def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFrame:
     """InfluxDB JSON series (epoch=ms) -> long frame ``time, sensor, value``; binned by
     the server (:func:`window_query` with ``resample``), also each bin's standard deviation
-    and count of points (``sd``, ``n``: :data:`monitor.windows.BIN_SD`, ``BIN_COUNT``)."""
+    and count of points (:data:`connectors.base.BIN_SD`, ``BIN_COUNT``)."""
     times: list[np.ndarray] = []
     values: list[np.ndarray] = []
     sensors: list[np.ndarray] = []
-    extra: dict[str, list[np.ndarray]] = {"sd": [], "n": []}
+    extra: dict[str, list[np.ndarray]] = {BIN_SD: [], BIN_COUNT: []}
     binned = bool(series) and all(
-        {"sd", "n"} <= set(s.get("columns") or []) for s in series if s.get("values"))
+        set(extra) <= set(s.get("columns") or []) for s in series if s.get("values"))
     for s in series:
         rows = s.get("values") or []
         if not rows:
@@ -89,17 +93,12 @@ def series_to_frame(series: list[dict[str, Any]], sensor_tag: str) -> pd.DataFra
         arr = np.asarray(rows, dtype=object)
         t = arr[:, 0].astype(np.int64)
         columns = list(s.get("columns") or [])
-        at = columns.index("value") if binned else 1
-
-        def number(k: int, a: np.ndarray = arr) -> np.ndarray:
-            return pd.to_numeric(pd.Series(a[:, k]), errors="coerce").to_numpy(dtype=float)
-
         times.append(t)
-        values.append(number(at))
+        values.append(_numbers(arr, columns.index("value") if binned else 1))
         sensors.append(np.full(len(t), sensor, dtype=object))
         if binned:
             for name, parts in extra.items():
-                parts.append(number(columns.index(name)))
+                parts.append(_numbers(arr, columns.index(name)))
     if not times:
         return pd.DataFrame({"time": pd.Series([], dtype="datetime64[ns, UTC]"),
                              "sensor": pd.Series([], dtype=object),

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from connectors.base import ConnectorError
-from connectors.influxdb.config import AGGREGATES, InfluxReader, InfluxSourceConfig
+from connectors.influxdb.config import AGGREGATES, InfluxReader, InfluxSourceConfig, bin_grid
 from connectors.influxdb.http import InfluxConnectionConfig, InfluxError, InfluxUnreachable
 from connectors.timeutil import to_utc
 
@@ -75,12 +75,11 @@ class FluxSource(InfluxReader):
                 f"  |> filter(fn: (r) => r._measurement == {_flux_string(c.measurement)}"
                 f" and r._field == {_flux_string(c.field)})\n") + _site_filters(c)
         if resample is not None:
-            step = int(pd.Timedelta(resample).total_seconds())
-            fn = AGGREGATES.get(aggregate, "mean")
             # bins aligned to the window start, as the v1 reader's: without the offset
             # they fell on the epoch's grid, a second off the windows that start on odd
             # seconds (5-s inspections in 2-s bins)
-            offset = int(pd.Timestamp(start).timestamp()) % step
+            step, offset = bin_grid(start, resample)
+            fn = AGGREGATES.get(aggregate, "mean")
             flux += (f"  |> aggregateWindow(every: {step}s, offset: {offset}s, fn: {fn}, "
                      "createEmpty: false, timeSrc: \"_start\")\n")
         flux += f"  |> keep(columns: [\"_time\", \"_value\", {_flux_string(c.sensor_tag)}])\n"

@@ -555,9 +555,9 @@ SENSORS_PER_MODE = 8
 
 def learnable_modes(modes: int, sensors: int) -> int:
     """The principal directions step 2 removes from ``sensors`` sensors: at most
-    ``modes``, one per :data:`SENSORS_PER_MODE` sensors (none below 8), and fewer than
-    ``sensors - 1`` (the cross-sensor median took one)."""
-    return max(0, min(modes, sensors // SENSORS_PER_MODE, sensors - 2))
+    ``modes``, one per :data:`SENSORS_PER_MODE` sensors (none below 8; so never the
+    last dimensions, which the cross-sensor median and the change need)."""
+    return max(0, min(modes, sensors // SENSORS_PER_MODE))
 
 
 def _remove_common_modes(rb: np.ndarray, ra: np.ndarray, modes: int
