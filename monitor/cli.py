@@ -45,9 +45,11 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
                    "history; retrospective: the paper's 7d/7d 'what changed around t'")
     p.add_argument("--false-incident-interval", metavar="DUR",
                    help="live profile: target mean time between false incidents "
-                   "(default 30d)")
+                   "(default 30d with hourly windows; derived from the windows and the "
+                   "cadence otherwise, docs/config.md)")
     p.add_argument("--min-history", metavar="DUR",
-                   help="live profile: calibration history needed before the first alert")
+                   help="live profile: calibration history needed before the first alert "
+                   "(default 4d with hourly windows; derived otherwise)")
     p.add_argument("--engine-weight", type=float, metavar="W",
                    help="live profile: the engine part's share of the alert level "
                    "(default 0.1 with a daily profile, else 0.35; 0: the level statistic alone, "
@@ -65,7 +67,8 @@ def _add_inspection_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--normalise", choices=NORMALISE,
                    help="window normalisation (default before)")
     p.add_argument("--block-size", metavar="DUR",
-                   help='rows moved together in splits/permutations, e.g. 1d, or "none"')
+                   help='rows moved together in splits/permutations, e.g. 1d, or "none" '
+                   "(default: derived from the windows, docs/config.md)")
     p.add_argument("--device", help="auto, cpu or cuda (default auto)")
     p.add_argument("--site", help="site id in the result (default: the data file's name)")
     p.add_argument("--time-col", help="name of the time column (--data)")

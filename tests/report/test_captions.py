@@ -234,3 +234,12 @@ def test_titles_fit_inside_their_figure(site: str, n_sensors: int) -> None:
     one_panel = figs.profile(view, sensor, before_raw=ex.before_raw, after_raw=ex.after_raw,
                              before=None, after=None).figure
     assert _inside(one_panel, one_panel._suptitle), one_panel._suptitle.get_text()
+
+
+@pytest.mark.parametrize(("when", "text"), [
+    ("2019-03-11T00:00:00Z", "2019-03-11 00:00 UTC"),          # hourly: to the minute
+    ("2020-03-09T16:47:01Z", "2020-03-09 16:47:01 UTC"),       # one-second data, every 5 s
+])
+def test_titles_give_seconds_only_off_the_whole_minute(when: str, text: str) -> None:
+    view = InspectionView.from_result(example_inspection(at=when).result)
+    assert figs._title_when(view).endswith(f"inspection {text}")
