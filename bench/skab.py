@@ -4,6 +4,7 @@ four options and nothing else, scored the way SKAB's leaderboard scores change-p
 detectors.
 
     python -m bench.skab [--data ../shared/data/skab-dev] [--options ...] [--workers 2]
+                         [--grid-offset S] [--name NAME]
 
 ``--data``: a folder of SKAB's files, flat as skab-dev's copies (``valve2_0.csv.gz``) or
 in SKAB's own folders (its repository's ``data/``: ``valve1/0.csv``, ``other/13.csv``),
@@ -11,6 +12,9 @@ named the same way in the tables (``valve1_0``; :func:`find_files`).
 
 Each file goes through ``mmdwatch backfill --data FILE --start <first row> --end <last row>
 --resample 2s --before 5min --after 30s --every 5s`` (``--options`` replaces the four).
+``--grid-offset S`` starts the inspections S seconds after the first row: every 5 s from
+the first row is one grid of five, as valid as the others, and where a detection falls
+in a change point's 60-s window moves with it.
 The label columns (``anomaly``, ``changepoint``) are dropped into a temporary copy first:
 a user's data carries no labels, and the data stays where it is (GPL-3.0, never copied
 into the repository).
@@ -167,11 +171,15 @@ def _stem(path: Path) -> str:
 
 
 def run_file(path: Path, truth: pd.DataFrame, options: list[str], out: Path,
-             labelled: bool = True, name: str | None = None) -> dict[str, object]:
+             labelled: bool = True, name: str | None = None,
+             grid_offset_s: int = 0) -> dict[str, object]:
     """One backfill over the whole file, scored. ``labelled``: False for a recording of
     normal operation (reported apart). ``name``: the file's in the table (default: its
-    own)."""
-    first, last = str(truth["datetime"].iloc[0]), str(truth["datetime"].iloc[-1])
+    own). ``grid_offset_s``: the inspections start this many seconds after the file's
+    first row (another grid as valid as the first row's: a live agent's times are not
+    set by where a file begins)."""
+    first = str(pd.Timestamp(truth["datetime"].iloc[0]) + pd.Timedelta(seconds=grid_offset_s))
+    last = str(truth["datetime"].iloc[-1])
     cmd = [sys.executable, "-m", "monitor.cli", "backfill", "--data", str(path),
            "--start", first, "--end", last, *options, "--out", str(out)]
     t0 = time.perf_counter()
@@ -256,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="backfill options instead of the four (give them last)")
     ap.add_argument("--workers", type=int, default=2, help="files at once")
     ap.add_argument("--name", default="skab", help="results under bench/results/NAME.*")
+    ap.add_argument("--grid-offset", type=int, default=0, metavar="S",
+                    help="start each file's inspections S seconds after its first row "
+                         "(default 0): how far the counts move with the inspection grid")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     options = args.options or OPTIONS
@@ -284,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = list(pool.map(
                 lambda job: {**run_file(job.path, job.truth, options,
                                         folder / f"{job.name or _stem(job.path)}.jsonl",
-                                        job.labelled, job.name),
+                                        job.labelled, job.name, args.grid_offset),
                              "piece": job.piece}, jobs))
     table = pd.DataFrame(rows)
     for row in rows:
@@ -304,7 +315,9 @@ def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: s
                    "false_positives_by_reference", "missed_both_edges",
                    "false_positives_both_edges"]].sum()
     delays = table["median_delay_s"].dropna()
-    command = (f"`mmdwatch backfill --data FILE --start <first row> --end <last row> "
+    offset = getattr(args, "grid_offset", 0)
+    start = "<first row>" if not offset else f"<first row + {offset} s>"
+    command = (f"`mmdwatch backfill --data FILE --start {start} --end <last row> "
                f"{' '.join(options)}`")
     scoring = (f"Scored from each file's {SCORED_FROM_ROW}th row: a detection is a result "
                "that turns `firing`, at the result's time (inspection time + after window); "

@@ -109,6 +109,10 @@ def test_the_normal_recording_is_reported_apart_from_the_total(tmp_path: Path) -
     assert "| valve2_0 | 4 | 1 | 1 | 0 | 20 | 0 / 2 |" in text
     assert "| anomaly-free | 2.5 | 3 | 1 | 1.20 | 5 |" in text
     assert "Files: valve2_0 (" in text
+    assert "--start <first row> --end" in text
+    _write_markdown(table, out, OPTIONS, "load",
+                    argparse.Namespace(data=tmp_path, grid_offset=2))
+    assert "--start <first row + 2 s> --end" in out.read_text()
 
 
 def test_false_positives_an_open_incident_reference_fired_are_counted_apart() -> None:
