@@ -242,4 +242,7 @@ def test_titles_fit_inside_their_figure(site: str, n_sensors: int) -> None:
 ])
 def test_titles_give_seconds_only_off_the_whole_minute(when: str, text: str) -> None:
     view = InspectionView.from_result(example_inspection(at=when).result)
-    assert figs._title_when(view).endswith(f"inspection {text}")
+    figure = figs.score_bars(view).figure
+    titles = " ".join(t.get_text() for t in [figure._suptitle, *figure.texts] if t is not None)
+    titles += " ".join(ax.get_title() for ax in figure.axes)
+    assert f"inspection {text}" in titles, titles
