@@ -74,7 +74,7 @@ bench: install system-deps
 	$(PY) -m bench.leak_delay --null-seeds 4
 	$(PY) -m bench.seeds
 	$(PY) -m bench.shape_variants
-	$(PY) -m bench.skab
+	$(PY) -m bench.skab --grids 5
 	$(PY) -m bench.skab --name skab_engine_weight_0 --options --resample 2s --before 5min --after 30s --every 5s --engine-weight 0
 	$(PY) -m bench.skab --name skab_false_incident_30min --options --resample 2s --before 5min --after 30s --every 5s --false-incident-interval 30min
 	$(PY) -m bench.skab_injected

@@ -4,7 +4,7 @@ four options and nothing else, scored the way SKAB's leaderboard scores change-p
 detectors.
 
     python -m bench.skab [--data ../shared/data/skab-dev] [--options ...] [--workers 2]
-                         [--grid-offset S] [--name NAME]
+                         [--grid-offset S] [--grids N] [--name NAME]
 
 ``--data``: a folder of SKAB's files, flat as skab-dev's copies (``valve2_0.csv.gz``) or
 in SKAB's own folders (its repository's ``data/``: ``valve1/0.csv``, ``other/13.csv``),
@@ -14,7 +14,11 @@ Each file goes through ``mmdwatch backfill --data FILE --start <first row> --end
 --resample 2s --before 5min --after 30s --every 5s`` (``--options`` replaces the four).
 ``--grid-offset S`` starts the inspections S seconds after the first row: every 5 s from
 the first row is one grid of five, as valid as the others, and where a detection falls
-in a change point's 60-s window moves with it.
+in a change point's 60-s window moves with it. ``--grids N`` runs every file on N grids
+(offsets S, S + 1, ...) and writes each grid's counts and their sum to
+``NAME_grids.md``; the main tables stay the first grid's. Judge a change of the
+statistics over the five grids: one grid's counts move by 3 change points and 1 false
+positive with the grid alone (docs/config.md).
 The label columns (``anomaly``, ``changepoint``) are dropped into a temporary copy first:
 a user's data carries no labels, and the data stays where it is (GPL-3.0, never copied
 into the repository).
@@ -267,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-offset", type=int, default=0, metavar="S",
                     help="start each file's inspections S seconds after its first row "
                          "(default 0): how far the counts move with the inspection grid")
+    ap.add_argument("--grids", type=int, default=1, metavar="N",
+                    help="also run every file on the next N - 1 grids (offsets S + 1 ...) "
+                         "and write the counts of each grid and their sum to NAME_grids.md "
+                         "(default 1: the first grid alone)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     options = args.options or OPTIONS
@@ -291,12 +299,16 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append(Job(*normal_recording(source), labelled=False, name=name))
             jobs += [Job(path, truth, labelled=False, piece=True)
                      for path, truth in normal_pieces(source, folder, piece_rows, name)]
+        offsets = [args.grid_offset + k for k in range(max(1, args.grids))]
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            rows = list(pool.map(
-                lambda job: {**run_file(job.path, job.truth, options,
-                                        folder / f"{job.name or _stem(job.path)}.jsonl",
-                                        job.labelled, job.name, args.grid_offset),
-                             "piece": job.piece}, jobs))
+            every = list(pool.map(
+                lambda run: {**run_file(run[0].path, run[0].truth, options,
+                                        folder / f"{run[0].name or _stem(run[0].path)}"
+                                                 f"_{run[1]}.jsonl",
+                                        run[0].labelled, run[0].name, run[1]),
+                             "piece": run[0].piece, "grid_offset": run[1]},
+                [(job, offset) for offset in offsets for job in jobs]))
+    rows = [row for row in every if row["grid_offset"] == offsets[0]]
     table = pd.DataFrame(rows)
     for row in rows:
         log.info("%s: %s of %s missed, %s false positives", row["file"], row["missed"],
@@ -304,7 +316,54 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     table.to_csv(RESULTS / f"{args.name}.csv", index=False)
     _write_markdown(table, RESULTS / f"{args.name}.md", options, load, args)
+    if len(offsets) > 1:
+        _write_grids(pd.DataFrame(every), RESULTS / f"{args.name}_grids.md", options, load)
     return 0
+
+
+def grid_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per grid offset of ``table`` (:func:`run_file`'s rows with ``piece`` and
+    ``grid_offset``): the labelled files' missed and false positives (rising edges and
+    both edges), the whole normal recordings' false positives and their pieces'."""
+    def counts(rows: pd.DataFrame) -> dict[str, int]:
+        labelled = rows[rows["labelled"]]
+        normal = rows[~rows["labelled"] & ~rows["piece"].astype(bool)]
+        pieces = rows[~rows["labelled"] & rows["piece"].astype(bool)]
+        return {"change_points": int(labelled["change_points"].sum()),
+                "missed": int(labelled["missed"].sum()),
+                "false_positives": int(labelled["false_positives"].sum()),
+                "missed_both_edges": int(labelled["missed_both_edges"].sum()),
+                "false_positives_both_edges": int(labelled["false_positives_both_edges"].sum()),
+                "normal_false_positives": int(normal["false_positives"].sum()),
+                "pieces_false_positives": int(pieces["false_positives"].sum())}
+    return pd.DataFrame([{"grid_offset": int(offset), **counts(rows)}
+                         for offset, rows in table.groupby("grid_offset", sort=True)])
+
+
+def _write_grids(table: pd.DataFrame, path: Path, options: list[str], load: str) -> None:
+    per_grid = grid_counts(table)
+    total = per_grid.drop(columns="grid_offset").sum()
+    lines = [(f"# SKAB over {len(per_grid)} inspection grids (`python -m bench.skab "
+              f"--grids {len(per_grid)}`)"), "",
+             (f"Machine: {load}. Options: `{' '.join(options)}`. Each grid starts every "
+              "file's inspections that many seconds after its first row; a live agent's "
+              "times do not start where a file does, so each grid is as valid as the first, "
+              "and the spread is how far one grid's counts can be trusted. Scored as in "
+              "the bench's main table."), "",
+             ("| grid offset s | missed | false positives | missed / false positives, both "
+              "edges | normal recording: false positives | its pieces: false positives |"),
+             "|---|---|---|---|---|---|"]
+    for r in per_grid.itertuples():
+        lines.append(f"| {r.grid_offset} | {r.missed} of {r.change_points} | "
+                     f"{r.false_positives} | {r.missed_both_edges} / "
+                     f"{r.false_positives_both_edges} | {r.normal_false_positives} | "
+                     f"{r.pieces_false_positives} |")
+    lines.append(f"| all | {int(total['missed'])} of {int(total['change_points'])} | "
+                 f"{int(total['false_positives'])} | {int(total['missed_both_edges'])} / "
+                 f"{int(total['false_positives_both_edges'])} | "
+                 f"{int(total['normal_false_positives'])} | "
+                 f"{int(total['pieces_false_positives'])} |")
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _write_markdown(table: pd.DataFrame, path: Path, options: list[str], load: str,

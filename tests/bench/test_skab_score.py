@@ -15,8 +15,10 @@ import pytest
 from bench.skab import (
     OPTIONS,
     SCORED_FROM_ROW,
+    _write_grids,
     _write_markdown,
     find_files,
+    grid_counts,
     normal_pieces,
     normal_recording,
     score,
@@ -207,3 +209,30 @@ def test_a_file_of_at_most_400_rows_has_nothing_scored() -> None:
     scored = score([_result(350, "ok"), _result(390, "firing")], truth)
     assert (scored["change_points"], scored["missed"], scored["false_positives"]) == (0, 0, 0)
     assert scored_hours(truth) == 0.0
+
+
+def test_each_grid_is_counted_apart_and_summed(tmp_path: Path) -> None:
+    """``--grids``: the labelled files, the whole normal recording and its pieces are
+    counted per grid offset, and the sum over the grids closes the table."""
+    def row(grid: int, file: str, labelled: bool, piece: bool, missed: int, fp: int
+            ) -> dict[str, Any]:
+        return {"file": file, "grid_offset": grid, "labelled": labelled, "piece": piece,
+                "change_points": 4 if labelled else 0, "missed": missed,
+                "false_positives": fp, "missed_both_edges": max(0, missed - 1),
+                "false_positives_both_edges": 2 * fp}
+    table = pd.DataFrame([
+        row(0, "valve2_0", True, False, 1, 0), row(0, "valve2_1", True, False, 2, 1),
+        row(0, "normal", False, False, 0, 3), row(0, "normal_piece1", False, True, 0, 1),
+        row(1, "valve2_0", True, False, 3, 1), row(1, "valve2_1", True, False, 0, 0),
+        row(1, "normal", False, False, 0, 5), row(1, "normal_piece1", False, True, 0, 0)])
+    got = grid_counts(table).set_index("grid_offset")
+    assert got.loc[0, ["change_points", "missed", "false_positives"]].tolist() == [8, 3, 1]
+    assert got.loc[1, ["missed", "false_positives", "missed_both_edges"]].tolist() == [3, 1, 2]
+    assert got["normal_false_positives"].tolist() == [3, 5]
+    assert got["pieces_false_positives"].tolist() == [1, 0]
+    out = tmp_path / "skab_grids.md"
+    _write_grids(table, out, OPTIONS, "load")
+    text = out.read_text()
+    assert "| 0 | 3 of 8 | 1 | 1 / 2 | 3 | 1 |" in text
+    assert "| 1 | 3 of 8 | 1 | 2 / 2 | 5 | 0 |" in text
+    assert "| all | 6 of 16 | 2 | 3 / 4 | 8 | 1 |" in text
