@@ -300,14 +300,15 @@ def main(argv: list[str] | None = None) -> int:
             jobs += [Job(path, truth, labelled=False, piece=True)
                      for path, truth in normal_pieces(source, folder, piece_rows, name)]
         offsets = [args.grid_offset + k for k in range(max(1, args.grids))]
+
+        def run(job: Job, offset: int) -> dict[str, object]:
+            out = folder / f"{job.name or _stem(job.path)}_{offset}.jsonl"
+            return {**run_file(job.path, job.truth, options, out, job.labelled, job.name,
+                               offset), "piece": job.piece, "grid_offset": offset}
+
+        runs = [(job, offset) for offset in offsets for job in jobs]
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            every = list(pool.map(
-                lambda run: {**run_file(run[0].path, run[0].truth, options,
-                                        folder / f"{run[0].name or _stem(run[0].path)}"
-                                                 f"_{run[1]}.jsonl",
-                                        run[0].labelled, run[0].name, run[1]),
-                             "piece": run[0].piece, "grid_offset": run[1]},
-                [(job, offset) for offset in offsets for job in jobs]))
+            every = list(pool.map(run, *zip(*runs, strict=True)))
     rows = [row for row in every if row["grid_offset"] == offsets[0]]
     table = pd.DataFrame(rows)
     for row in rows:

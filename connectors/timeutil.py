@@ -80,6 +80,13 @@ def parse_time(text: str | datetime | float) -> datetime:
     return value.astimezone(UTC)
 
 
+def on_whole_minute(value: datetime) -> bool:
+    """Whether ``value`` falls on a whole minute (hourly and daily inspections). Times
+    written for people give their seconds only where it does not (a one-second source's
+    inspections every 5 s): summaries and report titles alike."""
+    return value.second == 0 and value.microsecond == 0
+
+
 def iso(value: datetime) -> str:
     """``2019-03-11T00:00:00Z`` (UTC, seconds, or microseconds when present)."""
     value = value.astimezone(UTC)

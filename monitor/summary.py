@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from connectors.timeutil import iso
+from connectors.timeutil import iso, on_whole_minute
 from monitor.result import SensorScore
 
 
@@ -70,7 +70,7 @@ def _short_time(t: datetime) -> str:
     as before); with its seconds otherwise (``2026-01-12T06:00:05Z``), so that a
     one-second source's inspections every 5 s are told apart in the log and the alerts."""
     text = iso(t)
-    return text[:16] + "Z" if t.second == 0 and t.microsecond == 0 else text
+    return text[:16] + "Z" if on_whole_minute(t) else text
 
 
 def summarise(status: str, t: datetime, n_sensors: int, selected: list[str],

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from connectors.timeutil import on_whole_minute
 from connectors.timeutil import parse_time as _parse_time
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -76,8 +77,7 @@ def time_text(value: object) -> str:
     dt = parse_time(value)
     if dt is None:
         return str(value) if value is not None else "unknown time"
-    whole_minute = dt.second == 0 and dt.microsecond == 0
-    return dt.strftime("%Y-%m-%d %H:%M UTC" if whole_minute else "%Y-%m-%d %H:%M:%S UTC")
+    return dt.strftime("%Y-%m-%d %H:%M UTC" if on_whole_minute(dt) else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def _as_float(value: object) -> float | None:
