@@ -343,7 +343,7 @@ def grid_counts(table: pd.DataFrame) -> pd.DataFrame:
 
 def _write_grids(table: pd.DataFrame, path: Path, options: list[str], load: str) -> None:
     per_grid = grid_counts(table)
-    total = per_grid.drop(columns="grid_offset").sum()
+    total = {"grid_offset": "all", **per_grid.drop(columns="grid_offset").sum().to_dict()}
     lines = [(f"# SKAB over {len(per_grid)} inspection grids (`python -m bench.skab "
               f"--grids {len(per_grid)}`)"), "",
              (f"Machine: {load}. Options: `{' '.join(options)}`. Each grid starts every "
@@ -354,16 +354,11 @@ def _write_grids(table: pd.DataFrame, path: Path, options: list[str], load: str)
              ("| grid offset s | missed | false positives | missed / false positives, both "
               "edges | normal recording: false positives | its pieces: false positives |"),
              "|---|---|---|---|---|---|"]
-    for r in per_grid.itertuples():
-        lines.append(f"| {r.grid_offset} | {r.missed} of {r.change_points} | "
-                     f"{r.false_positives} | {r.missed_both_edges} / "
-                     f"{r.false_positives_both_edges} | {r.normal_false_positives} | "
-                     f"{r.pieces_false_positives} |")
-    lines.append(f"| all | {int(total['missed'])} of {int(total['change_points'])} | "
-                 f"{int(total['false_positives'])} | {int(total['missed_both_edges'])} / "
-                 f"{int(total['false_positives_both_edges'])} | "
-                 f"{int(total['normal_false_positives'])} | "
-                 f"{int(total['pieces_false_positives'])} |")
+    for r in [*per_grid.to_dict("records"), total]:  # each grid, then their sum
+        lines.append(f"| {r['grid_offset']} | {r['missed']} of {r['change_points']} | "
+                     f"{r['false_positives']} | {r['missed_both_edges']} / "
+                     f"{r['false_positives_both_edges']} | {r['normal_false_positives']} | "
+                     f"{r['pieces_false_positives']} |")
     path.write_text("\n".join(lines) + "\n")
 
 
